@@ -1,0 +1,6 @@
+//! `helix-server`: the Helix broker binary.
+
+fn main() {
+    eprintln!("helix-server: the broker is not built yet (see the open issues)");
+    std::process::exit(2);
+}

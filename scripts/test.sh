@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it (README.md names this command).
+# Format, lints, every Rust test (unit, proptest, simulation), then the
+# real-client tests in tests/ against the real helix-server binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
+
+if [[ -d tests ]] && compgen -G "tests/test_*.py" >/dev/null; then
+  cargo build --release -p helix-server
+  export HELIX_SERVER_BIN="$PWD/target/release/helix-server"
+  python3 -m pytest -q tests
+fi
