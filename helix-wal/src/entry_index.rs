@@ -164,6 +164,8 @@ impl EntryIndexWriter {
     /// leaves the index unchanged.
     pub fn push(&mut self, record: &EntryRecord) -> Result<()> {
         if self.count == self.capacity {
+            crate::fault::hit(&self.path, crate::fault::Point::EntryIndexGrow)
+                .map_err(|e| WalError::io("grow entry index", &self.path, e))?;
             let capacity = self.capacity * 2;
             self.map = Self::map(&self.file, &self.path, capacity)?;
             self.capacity = capacity;
