@@ -403,10 +403,12 @@ impl Segment {
         src.load(from, to, &self.log_path)
     }
 
-    /// The base offset of the first batch whose max timestamp is ≥ `ts`.
+    /// The base offset of the first batch whose max timestamp is ≥ `ts`;
+    /// batches ending below `min_offset` (the log start) are skipped.
     pub fn offset_for_timestamp(
         self: &Arc<Self>,
         ts: i64,
+        min_offset: i64,
         budget: &FileBudget,
     ) -> Result<Option<i64>> {
         if self.max_timestamp() < ts {
@@ -415,12 +417,20 @@ impl Segment {
         let len = self.len();
         let src = self.source(budget)?;
         let start = src.with_index(|ix| ix.lookup_time(ts));
-        let from = self.base_offset + i64::from(start);
-        Ok(self
-            .find_batch(&src, from, len, |h| {
-                h.last_offset() >= from && h.max_timestamp >= ts
-            })?
-            .map(|(_, h)| h.base_offset))
+        let from = (self.base_offset + i64::from(start)).max(min_offset);
+        let found = self.find_batch(&src, from, len, |h| {
+            h.last_offset() >= from && h.max_timestamp >= ts
+        })?;
+        let Some((pos, h)) = found else {
+            return Ok(None);
+        };
+        // Never answer from bytes that fail verification.
+        let end = pos + h.total_len() as u64;
+        if self.ensure_verified(&src, end)? < end {
+            let d = self.damage().map_or(pos, |d| d.position);
+            return Err(self.corrupt(d, "range failed verification"));
+        }
+        Ok(Some(h.base_offset))
     }
 
     /// Walks batch headers from the index entry at or below `from` to the
