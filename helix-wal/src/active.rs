@@ -12,8 +12,9 @@ use crate::batch::BatchHeader;
 use crate::entry_index::{self, EntryIndexWriter, EntryRecord};
 use crate::error::{Result, WalError};
 use crate::fault::{self, Point};
+use crate::index::IndexBuilder;
 use crate::index::{self, SparseIndex, TimeEntry};
-use crate::segment::{self, ActiveBody, IndexBuilder, Segment, SegmentState};
+use crate::segment::{self, ActiveBody, Segment, SegmentState};
 use crate::types::RaftPosition;
 
 /// Where an active segment resumes after recovery.
