@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use helix_wal::batch::build_test_batch;
-use helix_wal::{Durability, LogConfig, PartitionLog, RaftPosition, SyncGroup, patch_batch_header};
+use helix_wal::{
+    Durability, LogConfig, PartitionLog, RaftPosition, SyncGroup, SyncMethod, patch_batch_header,
+};
 
 const KIB: usize = 1024;
 
@@ -99,9 +101,13 @@ fn append(c: &mut Criterion) {
 
 /// `appenders` threads, each with its own log sharing one group committer,
 /// each appending 16 KiB and waiting until it is durable, `per_thread` times.
-fn fsync_round(appenders: usize, per_thread: u64) -> (Duration, helix_wal::SyncStats) {
+fn fsync_round(
+    method: SyncMethod,
+    appenders: usize,
+    per_thread: u64,
+) -> (Duration, helix_wal::SyncStats) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let group = SyncGroup::new();
+    let group = SyncGroup::with_method(method);
     let config = LogConfig {
         durability: Durability::Fsync,
         sync_group: Some(group.clone()),
@@ -147,6 +153,7 @@ fn fsync_round(appenders: usize, per_thread: u64) -> (Duration, helix_wal::SyncS
         helix_wal::SyncStats {
             rounds: after.rounds - before.rounds,
             fsyncs: after.fsyncs - before.fsyncs,
+            logs_synced: after.logs_synced - before.logs_synced,
         },
     )
 }
@@ -154,27 +161,32 @@ fn fsync_round(appenders: usize, per_thread: u64) -> (Duration, helix_wal::SyncS
 fn fsync(c: &mut Criterion) {
     let mut g = c.benchmark_group("fsync_16k");
     g.sample_size(10);
-    for appenders in [1usize, 8, 64] {
-        g.throughput(Throughput::Elements(appenders as u64));
-        g.bench_with_input(BenchmarkId::new("group_commit", appenders), &appenders, |b, &n| {
+    for (name, method) in [
+        ("syncfs", SyncMethod::Syncfs),
+        ("per_file", SyncMethod::PerFile),
+    ] {
+        for appenders in [1usize, 8, 64] {
+            g.throughput(Throughput::Elements(appenders as u64));
             let mut total = (0u64, 0u64, 0u64, Duration::ZERO);
-            b.iter_custom(|iters| {
-                let (t, s) = fsync_round(n, iters);
-                total.0 += iters * n as u64;
-                total.1 += s.rounds;
-                total.2 += s.fsyncs;
-                total.3 += t;
-                t
+            g.bench_with_input(BenchmarkId::new(name, appenders), &appenders, |b, &n| {
+                b.iter_custom(|iters| {
+                    let (t, s) = fsync_round(method, n, iters);
+                    total.0 += iters * n as u64;
+                    total.1 += s.rounds;
+                    total.2 += s.fsyncs;
+                    total.3 += t;
+                    t
+                });
             });
             let secs = total.3.as_secs_f64();
             eprintln!(
-                "fsync_16k/group_commit/{n}: {:.0} appends/s, {:.0} rounds/s, {:.0} fsync calls/s, {:.1} appends per round",
+                "fsync_16k/{name}/{appenders}: {:.0} appends/s, {:.0} rounds/s, {:.0} flush calls/s, {:.1} appends per flush call",
                 total.0 as f64 / secs,
                 total.1 as f64 / secs,
                 total.2 as f64 / secs,
-                total.0 as f64 / total.1.max(1) as f64
+                total.0 as f64 / total.2.max(1) as f64
             );
-        });
+        }
     }
     g.throughput(Throughput::Elements(1));
     g.bench_function("plain_write_fdatasync", |b| {
