@@ -186,6 +186,9 @@ impl Pending {
     }
 }
 
+/// Most threads one `PerFile` round uses to fdatasync logs concurrently.
+const MAX_SYNC_THREADS: usize = 16;
+
 /// How a round makes its logs durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncMethod {
@@ -195,7 +198,8 @@ pub enum SyncMethod {
     #[default]
     Syncfs,
     /// `fdatasync` of each dirty log's data and entry index (two per log per
-    /// round), for a filesystem shared with other busy writers.
+    /// round), issued from up to 16 threads at once so the journal merges
+    /// them; for a filesystem shared with other busy writers.
     PerFile,
 }
 
@@ -341,12 +345,40 @@ impl SyncGroup {
         let mut first_error = None;
         match self.inner.method {
             SyncMethod::PerFile => {
-                for (log, p) in pending {
-                    let synced = p.fdatasync();
-                    self.inner.stats_fsyncs.fetch_add(2, Ordering::Relaxed);
-                    if let Err(e) = log.finish(p, synced) {
-                        first_error.get_or_insert(e);
-                    }
+                // Issued concurrently so the filesystem journal commits them
+                // together: one device flush serves the whole round.
+                self.inner
+                    .stats_fsyncs
+                    .fetch_add(2 * pending.len() as u64, Ordering::Relaxed);
+                let workers = pending.len().clamp(1, MAX_SYNC_THREADS);
+                let per_worker = pending.len().div_ceil(workers);
+                let mut chunks: Vec<Vec<Claimed>> = Vec::new();
+                let mut pending = pending.into_iter().peekable();
+                while pending.peek().is_some() {
+                    chunks.push(pending.by_ref().take(per_worker).collect());
+                }
+                let errors: Vec<WalError> = std::thread::scope(|scope| {
+                    let handles: Vec<_> = chunks
+                        .into_iter()
+                        .map(|chunk| {
+                            scope.spawn(move || {
+                                chunk
+                                    .into_iter()
+                                    .filter_map(|(log, p)| {
+                                        let synced = p.fdatasync();
+                                        log.finish(p, synced).err()
+                                    })
+                                    .collect::<Vec<_>>()
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .flat_map(|h| h.join().unwrap_or_default())
+                        .collect()
+                });
+                if let Some(e) = errors.into_iter().next() {
+                    first_error.get_or_insert(e);
                 }
             }
             SyncMethod::Syncfs => {
