@@ -165,8 +165,9 @@ fn three_voters_elect_replicate_and_acknowledge() {
             Some(Bytes::from_static(b"a"))
         );
     }
-    // propose -> Append -> AppendResponse (commit) -> Commit -> durable report.
-    assert!(c.hops <= 4, "hops from propose to acknowledged: {}", c.hops);
+    // propose -> Append -> AppendResponse (commit) -> Commit -> durable
+    // report (acknowledged): one exchange more than commit.
+    assert_eq!(c.hops, 4, "hops from propose to acknowledged");
     let st = c.nodes[0].status();
     assert_eq!((st.commit, st.durable, st.acknowledged), (idx, idx, idx));
     assert_eq!(

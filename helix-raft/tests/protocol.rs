@@ -345,3 +345,63 @@ fn whole_cluster_restart_elects_and_acknowledges_again() {
             .all(|w| w.get((a.0 - 1) as usize).map(|e| &e.data[..]) == Some(b"a"))
     );
 }
+
+#[test]
+fn fast_backtracking_skips_a_whole_conflicting_term_in_one_step() {
+    let mut c = Cluster::new(3, |_| {});
+    c.node(0).campaign();
+    c.settle();
+    // The old leader, cut off, appends 30 entries nobody else has.
+    c.isolated.insert(0);
+    for _ in 0..30 {
+        c.node(0)
+            .propose(Bytes::from_static(b"stale"))
+            .expect("still thinks it leads");
+    }
+    c.drain(0);
+    c.tick_all(30);
+    let l = c.leader().expect("nodes 2 and 3 elected a leader");
+    assert_ne!(l, 0);
+    assert_eq!(c.node(0).status().last_index, LogIndex(31));
+    for _ in 0..30 {
+        c.node(l)
+            .propose(Bytes::from_static(b"new"))
+            .expect("leader");
+    }
+    c.settle();
+    // A fresh leader starts probing node 1 at its own last index (32+).
+    let other = 3 - l;
+    c.node(l).transfer_leader(NodeId(other as u64 + 1));
+    c.settle();
+    let l = other;
+    assert_eq!(c.node(l).role(), Role::Leader);
+    c.isolated.clear();
+    // Count the rejects node 1 sends while the new leader finds the match.
+    let mut rejects = 0;
+    for _ in 0..10 {
+        for g in c.nodes.iter_mut().flatten() {
+            g.tick();
+        }
+        for _ in 0..50 {
+            let mut msgs = Vec::new();
+            for i in 0..3 {
+                msgs.extend(c.drain(i));
+            }
+            if msgs.is_empty() {
+                break;
+            }
+            for m in msgs {
+                if let helix_raft::MessageBody::AppendResponse { reject: true, .. } = m.body
+                    && m.from == NodeId(1)
+                {
+                    rejects += 1;
+                }
+                let to = (m.to.0 - 1) as usize;
+                c.node(to).step(m).expect("ok");
+            }
+        }
+    }
+    assert_eq!(c.wals[0], c.wals[l], "the stale suffix was replaced");
+    // Entry-by-entry backtracking would need ~30 rejects.
+    assert!((1..=2).contains(&rejects), "{rejects} rejects");
+}

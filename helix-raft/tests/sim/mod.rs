@@ -47,6 +47,9 @@ pub struct SimConfig {
     /// Ticks allowed for every group to acknowledge a new proposal after
     /// faults stop and a majority is up.
     pub liveness_ticks: u64,
+    /// Crash every node at once before the liveness phase: always, never,
+    /// or (None) on a coin flip.
+    pub liveness_crash_all: Option<bool>,
 }
 
 impl SimConfig {
@@ -65,6 +68,7 @@ impl SimConfig {
             crash_per_mille: r.in_range(2, 16),
             network_faults: true,
             liveness_ticks: 400,
+            liveness_crash_all: None,
         }
     }
 }
@@ -446,7 +450,8 @@ impl Sim {
     fn liveness(&mut self) -> Result<(), String> {
         self.net.heal();
         self.net.set_faults(false);
-        if self.rng.in_range(0, 2) == 0 {
+        let coin = self.rng.in_range(0, 2) == 0;
+        if self.cfg.liveness_crash_all.unwrap_or(coin) {
             for n in 0..self.nodes.len() {
                 if self.nodes[n].up {
                     self.nodes[n].crash(self.cfg.fsync);
