@@ -304,3 +304,11 @@ fn a_node_budget_shared_by_groups_back_pressures_all_of_them() {
     drop(a);
     assert_eq!(budget.used(), 0, "dropping a group returns its bytes");
 }
+
+#[test]
+fn groups_are_send_so_hosts_can_shard_them_across_workers() {
+    fn assert_send<T: Send + 'static>() {}
+    assert_send::<RaftGroup>();
+    assert_send::<MultiRaft>();
+    assert_send::<helix_raft::MessageBatch>();
+}
