@@ -557,3 +557,20 @@ fn catch_up_chunks_overlapping_what_the_follower_has_are_trimmed() {
     c.tick_all(3);
     assert_eq!(c.wals[2], c.wals[0]);
 }
+
+#[test]
+fn a_lost_append_response_is_made_up_by_the_next_heartbeat_answer() {
+    let mut c = Cluster::new(3, |_| {});
+    c.node(0).campaign();
+    c.settle();
+    let idx = c.propose(b"x");
+    let m = c.drain(0);
+    deliver(&mut c, m, |_| true);
+    for f in 1..3 {
+        c.drain(f); // the append responses are lost
+    }
+    assert!(c.node(0).status().commit < idx);
+    c.tick_all(1);
+    assert!(c.node(0).status().commit >= idx, "heartbeat answers carry the verified match");
+    assert!(c.node(0).acknowledged() >= idx);
+}

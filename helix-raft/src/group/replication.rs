@@ -318,6 +318,15 @@ impl RaftGroup {
         let pr = &mut self.progress[i].1;
         pr.recent_active = true;
         pr.durable = pr.durable.max(durable);
+        // `matched` was verified by the follower against this term's log:
+        // as good as an append success whose response was lost.
+        if matched > pr.matched && matched <= self.log.last_index() && pr.on_success(matched) {
+            self.maybe_commit();
+        }
+        if self.progress[i].1.state == ProgressState::CatchUp {
+            self.finish_catch_up_if_in_memory(from);
+        }
+        let pr = &mut self.progress[i].1;
         match pr.state {
             ProgressState::Probe => pr.probe_sent = false,
             ProgressState::Replicate => {
