@@ -20,9 +20,10 @@ use crate::batch::{self, Batches};
 use crate::config::LogConfig;
 use crate::entry_index::{self, EntryRecord, RECORD_LEN};
 use crate::error::{Result, WalError};
+use crate::index::IndexBuilder;
 use crate::index::{self, SparseIndex};
 use crate::meta::{self, Checkpoint, TruncateIntent};
-use crate::segment::{self, IndexBuilder, Segment, SegmentState};
+use crate::segment::{self, Segment, SegmentState};
 use crate::types::{DamagedRange, RaftPosition, Recovery, TruncatedTail};
 
 /// What recovery hands to `PartitionLog::open`.
@@ -414,7 +415,7 @@ fn scan(
             base,
             Some((cp.offset_records as usize, cp.time_records as usize)),
         )?
-        .unwrap_or_else(|| segment::build_index(&data[..cp.position as usize], base, interval));
+        .unwrap_or_else(|| index::build_index(&data[..cp.position as usize], base, interval));
         if agrees {
             let first_index = first.filter(|_| cp.entry_count > 0).map(|f| f.pos.index);
             start = Some((cp, last, first_index, ix));

@@ -2,10 +2,12 @@
 //! base offset, the length published by the writer, its sparse index, and how
 //! far its bytes have been verified.
 //!
-//! The active segment is read through its file descriptor (`pread`), bounded by
-//! the published length, so the writer and any number of readers can run at
-//! once. A sealed segment is memory-mapped on first use and served as `Bytes`
-//! slices of that mapping (zero-copy). Bytes recovered from disk without
+//! Reads are zero-copy `Bytes` slices of a mapping. The active segment is
+//! mapped once, longer than the file, and read only below the length the
+//! writer published, so the writer and any number of readers run at once.
+//! A sealed segment is mapped on first use (through the node's budget).
+//! No mapped file is ever shrunk under a published length: truncation copies
+//! the kept prefix to a new file and renames it over the old one. Bytes recovered from disk without
 //! re-verification (before the recovery checkpoint) are CRC-checked the first
 //! time a read reaches them; a failure marks the segment damaged from that
 //! batch on, and reads reaching it get `WalError::Corrupt` instead of bytes.
@@ -22,7 +24,8 @@ use memmap2::Mmap;
 use crate::batch::{self, BatchHeader, HEADER_LEN};
 use crate::budget::FileBudget;
 use crate::error::{Result, WalError};
-use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
+use crate::index::SparseIndex;
+use crate::verify;
 
 /// Chunk size used when walking the active segment through its file.
 const SCAN_CHUNK: u64 = 1 << 20;
@@ -45,6 +48,9 @@ struct Verified {
     position: u64,
     next_offset: i64,
     damage: Option<Damage>,
+    /// Bumped when a truncation resets the prefix, so a verification that
+    /// read the old bytes cannot publish its result.
+    generation: u64,
 }
 
 #[derive(Debug)]
@@ -58,7 +64,39 @@ enum Body {
 #[derive(Debug, Clone)]
 pub struct ActiveBody {
     pub file: Arc<File>,
+    /// A read-only mapping of the first `ACTIVE_MAP_LEN` bytes of the file,
+    /// longer than the file: readers slice it only below the published
+    /// length, which never exceeds the file's length, so no page past the
+    /// end is ever touched. The file is never shrunk below a published
+    /// length while mapped (truncation writes a new file).
+    pub data: Bytes,
     pub index: Arc<RwLock<SparseIndex>>,
+}
+
+/// How much of the active segment is mapped; bytes beyond (only a single
+/// entry larger than a segment gets there) are read with `pread`.
+pub const ACTIVE_MAP_LEN: u64 = crate::config::MAX_SEGMENT_BYTES;
+
+impl ActiveBody {
+    pub fn new(
+        file: Arc<File>,
+        path: &Path,
+        index: Arc<RwLock<SparseIndex>>,
+    ) -> Result<ActiveBody> {
+        // SAFETY: see `data`: the mapping is only read below the published
+        // length, and the file is only replaced (never shrunk) under it.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .len(ACTIVE_MAP_LEN as usize)
+                .map(&*file)
+        }
+        .map_err(|e| WalError::io("map active segment", path, e))?;
+        Ok(ActiveBody {
+            file,
+            data: Bytes::from_owner(map),
+            index,
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -151,6 +189,7 @@ impl Segment {
                 position: verified.0,
                 next_offset: verified.1,
                 damage: None,
+                generation: 0,
             }),
             body: RwLock::new(match active {
                 Some(a) => Body::Active(a),
@@ -238,6 +277,7 @@ impl Segment {
         self.next_offset.store(next_offset, Ordering::Release);
         self.max_timestamp.store(max_timestamp, Ordering::Release);
         let mut v = lock(&self.verified);
+        v.generation += 1;
         if v.position > len {
             v.position = 0;
             v.next_offset = self.base_offset;
@@ -323,7 +363,7 @@ impl Segment {
             Some(ix) => ix,
             None => {
                 tracing::warn!(segment = %self.log_path.display(), "sparse index unreadable, rebuilding from batch headers");
-                build_index(&data, self.base_offset, self.index_interval)
+                crate::index::build_index(&data, self.base_offset, self.index_interval)
             }
         };
         Ok(SealedView { data, index })
@@ -418,19 +458,29 @@ impl Segment {
         let src = self.source(budget)?;
         let start = src.with_index(|ix| ix.lookup_time(ts));
         let from = (self.base_offset + i64::from(start)).max(min_offset);
-        let found = self.find_batch(&src, from, len, |h| {
-            h.last_offset() >= from && h.max_timestamp >= ts
-        })?;
-        let Some((pos, h)) = found else {
-            return Ok(None);
+        // The whole segment is verified first (once per process): an answer
+        // is given only from bytes before any damage, and "no match" only
+        // when there is none. Lookups by time are rare; reads pay this too.
+        let good = self.ensure_verified(&src, len)?;
+        let refuse = || {
+            let d = self.damage().map_or(good, |d| d.position);
+            Err(self.corrupt(d, "range failed verification"))
         };
-        // Never answer from bytes that fail verification.
-        let end = pos + h.total_len() as u64;
-        if self.ensure_verified(&src, end)? < end {
-            let d = self.damage().map_or(pos, |d| d.position);
-            return Err(self.corrupt(d, "range failed verification"));
+        let found = if good < len {
+            // Only the verified prefix can be walked.
+            self.find_batch(&src, from, good, |h| {
+                h.last_offset() >= from && h.max_timestamp >= ts
+            })?
+        } else {
+            self.find_batch(&src, from, len, |h| {
+                h.last_offset() >= from && h.max_timestamp >= ts
+            })?
+        };
+        match found {
+            Some((_, h)) => Ok(Some(h.base_offset)),
+            None if good < len => refuse(),
+            None => Ok(None),
         }
-        Ok(Some(h.base_offset))
     }
 
     /// Walks batch headers from the index entry at or below `from` to the
@@ -442,7 +492,8 @@ impl Segment {
         len: u64,
         hit: impl Fn(&BatchHeader) -> bool,
     ) -> Result<Option<(u64, BatchHeader)>> {
-        let rel = u32::try_from(from - self.base_offset).unwrap_or(u32::MAX);
+        // Below the base: from the start; beyond u32: from the last entry.
+        let rel = u32::try_from((from - self.base_offset).max(0)).unwrap_or(u32::MAX);
         let mut pos = u64::from(src.with_index(|ix| ix.lookup_position(rel)));
         while pos < len {
             let h = src.header(pos, len, &self.log_path)?;
@@ -461,66 +512,53 @@ impl Segment {
     /// Verifies bytes up to at least `upto` (a batch end). Returns how far the
     /// good prefix reaches (≥ `upto` unless damage was found before it).
     fn ensure_verified(&self, src: &Source, upto: u64) -> Result<u64> {
-        if self.verified_to.load(Ordering::Acquire) >= upto {
-            return Ok(upto);
-        }
-        let mut v = lock(&self.verified);
-        if let Some(d) = &v.damage {
-            return Ok(d.position.min(upto));
-        }
-        let len = self.len();
-        while v.position < upto {
-            let mut chunk_end = len.min(v.position + SCAN_CHUNK);
-            if let Some(h) = src.header(v.position, len, &self.log_path)?
+        loop {
+            if self.verified_to.load(Ordering::Acquire) >= upto {
+                return Ok(upto);
+            }
+            // Snapshot, then verify without the lock: the writer publishes
+            // through the same lock on every append and must not wait for a
+            // reader checking a large recovered range.
+            let (position, next_offset, generation) = {
+                let v = lock(&self.verified);
+                if let Some(d) = &v.damage {
+                    return Ok(d.position.min(upto));
+                }
+                if v.position >= upto {
+                    return Ok(upto);
+                }
+                (v.position, v.next_offset, v.generation)
+            };
+            let len = self.len();
+            let mut chunk_end = len.min(position + SCAN_CHUNK);
+            if let Some(h) = src.header(position, len, &self.log_path)?
                 && h.batch_length >= batch::MIN_BATCH_LENGTH
             {
-                chunk_end = chunk_end.max(len.min(v.position + h.total_len() as u64));
+                chunk_end = chunk_end.max(len.min(position + h.total_len() as u64));
             }
-            let chunk = src.load(v.position, chunk_end, &self.log_path)?;
-            let mut advanced = false;
-            let mut failure = None;
-            for b in batch::Batches::new(&chunk) {
-                let (h, range) = match b {
-                    Ok(x) => x,
-                    Err(batch::BatchError::Truncated { .. }) if advanced => break,
-                    Err(e) => {
-                        failure = Some(e.to_string());
-                        break;
-                    }
-                };
-                if h.base_offset != v.next_offset {
-                    failure = Some(format!(
-                        "batch base offset {} where {} was expected",
-                        h.base_offset, v.next_offset
-                    ));
-                    break;
+            let chunk = src.load(position, chunk_end, &self.log_path)?;
+            let outcome = verify::chunk(&chunk, next_offset, upto - position);
+            let mut v = lock(&self.verified);
+            if v.position != position || v.generation != generation || v.damage.is_some() {
+                continue; // someone else moved it (or a truncation reset it)
+            }
+            match outcome {
+                verify::Outcome::Good { bytes, next_offset } => {
+                    v.position += bytes;
+                    v.next_offset = next_offset;
+                    self.verified_to.store(v.position, Ordering::Release);
                 }
-                if let Err(e) = batch::verify_crc(&chunk[range]) {
-                    failure = Some(e.to_string());
-                    break;
-                }
-                advanced = true;
-                v.next_offset = h.next_offset();
-                v.position += h.total_len() as u64;
-                if v.position >= upto {
-                    break;
+                verify::Outcome::Bad { at, reason } => {
+                    let position = position + at;
+                    tracing::error!(file = %self.log_path.display(), position, %reason,
+                        "stored batch failed verification; refusing to serve from here");
+                    v.position = position;
+                    v.damage = Some(Damage { position, reason });
+                    self.verified_to.store(position, Ordering::Release);
+                    return Ok(position.min(upto));
                 }
             }
-            if failure.is_none() && !advanced {
-                failure = Some("no whole batch where one was expected".into());
-            }
-            if let Some(reason) = failure {
-                tracing::error!(file = %self.log_path.display(), position = v.position, %reason,
-                    "stored batch failed verification; refusing to serve from here");
-                v.damage = Some(Damage {
-                    position: v.position,
-                    reason,
-                });
-                return Ok(v.position.min(upto));
-            }
-            self.verified_to.store(v.position, Ordering::Release);
         }
-        Ok(upto)
     }
 
     fn corrupt(&self, position: u64, reason: &str) -> WalError {
@@ -546,6 +584,9 @@ impl Source {
         }
         match self {
             Source::Sealed(v) => Ok(BatchHeader::parse(&v.data[pos as usize..]).ok()),
+            Source::Active(a) if (pos as usize) + HEADER_LEN <= a.data.len() => {
+                Ok(BatchHeader::parse(&a.data[pos as usize..]).ok())
+            }
             Source::Active(a) => {
                 let mut buf = [0u8; HEADER_LEN];
                 a.file
@@ -560,6 +601,9 @@ impl Source {
     fn load(&self, from: u64, to: u64, path: &Path) -> Result<Bytes> {
         match self {
             Source::Sealed(v) => Ok(v.data.slice(from as usize..to as usize)),
+            Source::Active(a) if to as usize <= a.data.len() => {
+                Ok(a.data.slice(from as usize..to as usize))
+            }
             Source::Active(a) => {
                 let mut buf = vec![0u8; (to - from) as usize];
                 let mut filled = 0usize;
@@ -576,73 +620,5 @@ impl Source {
                 Ok(Bytes::from(buf))
             }
         }
-    }
-}
-
-/// Rebuilds a segment's sparse index from its batch headers.
-pub fn build_index(data: &[u8], base: i64, interval: u64) -> SparseIndex {
-    let mut ix = SparseIndex::default();
-    let mut builder = IndexBuilder::new(interval);
-    for (h, range) in batch::Batches::new(data).map_while(|b| b.ok()) {
-        if let Some((o, t)) = builder.add(base, &h, range.start as u64) {
-            ix.offsets.push(o);
-            ix.times.push(t);
-        }
-    }
-    ix
-}
-
-/// Decides where sparse index entries go as batches are appended.
-#[derive(Debug, Clone)]
-pub struct IndexBuilder {
-    interval: u64,
-    bytes_since: u64,
-    max_timestamp: i64,
-}
-
-impl IndexBuilder {
-    pub fn new(interval: u64) -> Self {
-        IndexBuilder {
-            interval,
-            bytes_since: u64::MAX,
-            max_timestamp: i64::MIN,
-        }
-    }
-
-    /// Resumes after `ix` (recovery): the next batch gets an entry only once
-    /// `interval` bytes have passed since the last indexed position.
-    pub fn resume(interval: u64, ix: &SparseIndex, position: u64, max_timestamp: i64) -> Self {
-        let last = ix.offsets.last().map(|e| u64::from(e.position));
-        IndexBuilder {
-            interval,
-            bytes_since: last.map_or(u64::MAX, |p| position.saturating_sub(p)),
-            max_timestamp,
-        }
-    }
-
-    /// Accounts for a batch at `position`; returns the index entries due for it.
-    pub fn add(
-        &mut self,
-        base: i64,
-        h: &BatchHeader,
-        position: u64,
-    ) -> Option<(OffsetEntry, TimeEntry)> {
-        self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
-        let due = (self.bytes_since >= self.interval).then(|| {
-            let rel = (h.base_offset - base) as u32;
-            self.bytes_since = 0;
-            (
-                OffsetEntry {
-                    relative_offset: rel,
-                    position: position as u32,
-                },
-                TimeEntry {
-                    timestamp: self.max_timestamp,
-                    relative_offset: rel,
-                },
-            )
-        });
-        self.bytes_since = self.bytes_since.saturating_add(h.total_len() as u64);
-        due
     }
 }
