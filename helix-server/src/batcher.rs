@@ -62,9 +62,10 @@ pub enum PartitionCommand {
         before: i64,
         reply: oneshot::Sender<Result<i64>>,
     },
+    /// Apply retention; `retention_ms` is the topic's current setting.
     Retention {
-        min_timestamp: Option<i64>,
-        max_bytes: Option<u64>,
+        now_ms: i64,
+        retention_ms: Option<i64>,
     },
 }
 
