@@ -62,10 +62,9 @@ pub enum PartitionCommand {
         before: i64,
         reply: oneshot::Sender<Result<i64>>,
     },
-    /// Apply retention; `retention_ms` is the topic's current setting.
+    /// Apply retention as of `now_ms`.
     Retention {
         now_ms: i64,
-        retention_ms: Option<i64>,
     },
 }
 

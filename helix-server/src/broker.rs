@@ -330,9 +330,8 @@ impl Broker {
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
         for t in self.all_topics() {
-            let retention_ms = (t.effective.retention_ms >= 0).then_some(t.effective.retention_ms);
             for p in &t.partitions {
-                p.retention(now_ms, retention_ms);
+                p.retention(now_ms);
             }
         }
     }

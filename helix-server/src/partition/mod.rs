@@ -123,11 +123,10 @@ impl Partition {
     }
 
     /// Asks the worker to apply retention (fire and forget).
-    pub fn retention(&self, now_ms: i64, retention_ms: Option<i64>) {
-        let _ = self.commands.try_send(PartitionCommand::Retention {
-            now_ms,
-            retention_ms,
-        });
+    pub fn retention(&self, now_ms: i64) {
+        let _ = self
+            .commands
+            .try_send(PartitionCommand::Retention { now_ms });
     }
 
     /// The acknowledged end: what consumers may read, exclusive.

@@ -71,11 +71,8 @@ pub(super) async fn run(mut batcher: Batcher, mut state: WorkerState) {
                     }
                 }
             }
-            Work::Control(PartitionCommand::Retention {
-                now_ms,
-                retention_ms,
-            }) => {
-                state.retention(now_ms, retention_ms);
+            Work::Control(PartitionCommand::Retention { now_ms }) => {
+                state.retention(now_ms);
                 continue;
             }
         }
@@ -323,28 +320,11 @@ impl WorkerState {
         }
     }
 
-    /// Time-based retention with the topic's current `retention.ms`: the log
-    /// start moves to the first batch that is not entirely older; helix-wal
-    /// deletes the segments wholly below it. Its own size/age retention
-    /// (configured at open) runs too.
-    fn retention(&mut self, now_ms: i64, retention_ms: Option<i64>) {
-        if let Some(ms) = retention_ms {
-            let cutoff = now_ms.saturating_sub(ms);
-            let hw = *self.high_watermark.borrow();
-            let target = match self.log.reader().offset_for_timestamp(cutoff) {
-                Ok(Some(offset)) => offset.min(hw),
-                Ok(None) => hw,
-                Err(e) => {
-                    tracing::warn!(error = %e, "retention lookup failed");
-                    return;
-                }
-            };
-            if target > self.log.log_start_offset()
-                && let Err(e) = self.log.delete_records_before(target)
-            {
-                tracing::warn!(error = %e, "time retention failed");
-            }
-        }
+    /// Retention as Kafka does it: whole sealed segments beyond
+    /// `retention.bytes` or older than `retention.ms` are deleted; the active
+    /// segment never is. The limits are those the log was opened with (a
+    /// changed topic setting applies from the next open, see docs/adr/0010).
+    fn retention(&mut self, now_ms: i64) {
         if let Err(e) = self.log.apply_retention(now_ms) {
             tracing::warn!(error = %e, "retention failed");
         }
