@@ -66,6 +66,10 @@ pub enum PartitionCommand {
     Retention {
         now_ms: i64,
     },
+    /// Stop: flush and close the log, then reply.
+    Close {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// What the worker does next.

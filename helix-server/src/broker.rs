@@ -219,15 +219,19 @@ impl Broker {
 
     pub async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid> {
         let mut admin = self.admin.lock().await;
-        let id = self
+        let topic = self
             .topic(name)
-            .map(|t| t.id)
             .ok_or(HelixError::UnknownTopicOrPartition)?;
+        let id = topic.id;
         admin
             .controller
             .submit(Command::DeleteTopic { name: name.into() })?;
         if let Ok(mut topics) = self.topics.write() {
             topics.remove(name);
+        }
+        // Stop the partitions before their files go.
+        for p in &topic.partitions {
+            p.close().await;
         }
         let dir = topic_dir(&self.config, &id);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -332,6 +336,15 @@ impl Broker {
         for t in self.all_topics() {
             for p in &t.partitions {
                 p.retention(now_ms);
+            }
+        }
+    }
+
+    /// Shutdown: every partition flushes and closes its log.
+    pub async fn close_all(&self) {
+        for t in self.all_topics() {
+            for p in &t.partitions {
+                p.close().await;
             }
         }
     }

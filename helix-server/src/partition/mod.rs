@@ -129,6 +129,20 @@ impl Partition {
             .try_send(PartitionCommand::Retention { now_ms });
     }
 
+    /// Stops the worker after what is queued before this call, flushing and
+    /// closing the log.
+    pub async fn close(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self
+            .commands
+            .send(PartitionCommand::Close { reply })
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+    }
+
     /// The acknowledged end: what consumers may read, exclusive.
     pub fn high_watermark(&self) -> i64 {
         *self.high_watermark.borrow()

@@ -71,6 +71,14 @@ pub(super) async fn run(mut batcher: Batcher, mut state: WorkerState) {
                     }
                 }
             }
+            Work::Control(PartitionCommand::Close { reply }) => {
+                state.fail_all(&HelixError::ShuttingDown);
+                if let Err(e) = state.log.close() {
+                    tracing::warn!(error = %e, "closing the log failed");
+                }
+                let _ = reply.send(());
+                return;
+            }
             Work::Control(PartitionCommand::Retention { now_ms }) => {
                 state.retention(now_ms);
                 continue;
