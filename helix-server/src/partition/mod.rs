@@ -9,6 +9,7 @@ pub mod batch;
 pub mod entry;
 pub mod producers;
 pub mod raft;
+pub mod records;
 pub mod scan;
 mod worker;
 
@@ -162,7 +163,7 @@ impl Partition {
         self.leader_epoch
     }
 
-    /// (last offset, timestamp) of the batch with the largest timestamp.
+    /// (base offset, timestamp) of the batch with the largest timestamp.
     pub fn max_timestamp(&self) -> MaxTimestamp {
         self.max_timestamp.lock().ok().and_then(|m| *m)
     }
