@@ -29,6 +29,7 @@ mod segment;
 mod sync;
 mod truncate;
 mod types;
+mod verify;
 
 pub use batch::{BatchError, BatchHeader, patch_batch_header};
 pub use budget::FileBudget;

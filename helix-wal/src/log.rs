@@ -83,8 +83,10 @@ impl PartitionLog {
             since_checkpoint: 0,
             closed: false,
         };
-        // What recovery kept is durable from here on: synced once at open.
-        log.active.sync()?;
+        // Fsync: what recovery kept is durable from here on, synced once at open.
+        if log.sync.is_some() {
+            log.active.sync()?;
+        }
         if let Some((_, ls)) = &log.sync
             && let Some(mark) = log.mark()
         {

@@ -171,7 +171,9 @@ impl LogReader {
             if seg.next_offset() <= log_start || seg.max_timestamp() < timestamp {
                 continue;
             }
-            if let Some(offset) = seg.offset_for_timestamp(timestamp, &self.shared.budget)? {
+            if let Some(offset) =
+                seg.offset_for_timestamp(timestamp, log_start, &self.shared.budget)?
+            {
                 return Ok(Some(offset.max(log_start)));
             }
         }
