@@ -12,6 +12,7 @@
 //! majority): producers are answered and consumers read only up to it.
 //! The safety argument is docs/adr/0002-raft-acknowledged-index.md.
 
+pub mod budget;
 pub mod codec;
 pub mod config;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod ready;
 pub mod rng;
 pub mod types;
 
+pub use budget::MemoryBudget;
 pub use codec::{MessageBatch, decode_batch, encode_batch};
 pub use config::{RaftConfig, Restored};
 pub use error::{ProposeError, RaftError};
