@@ -374,3 +374,29 @@ async fn a_bad_batch_fails_its_partition_only_and_fetch_returns_the_good_one() {
         "stored as sent, apart from the patched header"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_zero_gets_no_answer_and_a_failure_closes_the_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = broker(dir.path()).await;
+    let RequestKind::Produce(mut good) = request(&b, ApiKey::Produce, 9) else {
+        panic!("produce")
+    };
+    good.acks = 0;
+    let mut bad = good.clone();
+    let pending = dispatch::start(&b, frame(ApiKey::Produce, 9, &good.into()))
+        .await
+        .expect("started");
+    assert!(
+        pending.await.expect("no error").is_none(),
+        "acks=0 is never answered"
+    );
+    bad.topic_data[0].partition_data[0].records = Some(Bytes::from_static(&[0u8; 70]));
+    let pending = dispatch::start(&b, frame(ApiKey::Produce, 9, &bad.into()))
+        .await
+        .expect("started");
+    assert!(
+        pending.await.is_err(),
+        "a failed acks=0 produce closes the connection"
+    );
+}
