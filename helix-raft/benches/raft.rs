@@ -27,7 +27,11 @@ struct Group3 {
 
 impl Group3 {
     fn new() -> Self {
-        let voters: Vec<NodeId> = (1..=3).map(NodeId).collect();
+        Self::with_voters(3)
+    }
+
+    fn with_voters(n: u64) -> Self {
+        let voters: Vec<NodeId> = (1..=n).map(NodeId).collect();
         let nodes = voters
             .iter()
             .map(|id| {
@@ -46,14 +50,14 @@ impl Group3 {
     fn round(&mut self) -> usize {
         let mut msgs: Vec<Message> = Vec::new();
         for g in &mut self.nodes {
-            if !g.has_ready() {
-                continue;
+            // A host drains until quiet: durable_to may queue a report.
+            while g.has_ready() {
+                let rd = g.ready();
+                if let Some(last) = rd.to_apply.last() {
+                    g.durable_to(last.index).expect("applied");
+                }
+                msgs.extend(rd.messages);
             }
-            let rd = g.ready();
-            if let Some(last) = rd.to_apply.last() {
-                g.durable_to(last.index).expect("applied");
-            }
-            msgs.extend(rd.messages);
         }
         let n = msgs.len();
         for m in msgs {
@@ -68,10 +72,50 @@ impl Group3 {
     }
 }
 
+/// Message hops (delivery rounds) from one proposal to commit and to
+/// acknowledged on an idle 3-node group.
+fn print_hops() {
+    let mut c = Group3::new();
+    let idx = c.nodes[0]
+        .propose(Bytes::from_static(b"x"))
+        .expect("leader");
+    let (mut rounds, mut commit_at, mut ack_at) = (0, None, None);
+    while ack_at.is_none() && rounds < 20 {
+        c.round();
+        rounds += 1;
+        if commit_at.is_none() && c.nodes[0].status().commit >= idx {
+            commit_at = Some(rounds);
+        }
+        if c.nodes[0].acknowledged() >= idx {
+            ack_at = Some(rounds);
+        }
+    }
+    // Each round delivers one hop of messages.
+    eprintln!(
+        "hops from propose: commit after {commit_at:?} message hops, acknowledged after {ack_at:?}"
+    );
+}
+
 fn replicate(c: &mut Criterion) {
+    print_hops();
     let payload = Bytes::from(vec![7u8; PAYLOAD]);
     let mut g = c.benchmark_group("replicate_1kib");
     g.throughput(Throughput::Elements(PER_ITER as u64));
+    g.bench_function("1_node_baseline_batches_of_64", |b| {
+        let mut cluster = Group3::with_voters(1);
+        b.iter(|| {
+            let mut last = LogIndex(0);
+            for _ in 0..PER_ITER / BATCH {
+                for _ in 0..BATCH {
+                    last = cluster.nodes[0].propose(payload.clone()).expect("leader");
+                }
+                cluster.round();
+            }
+            while cluster.nodes[0].acknowledged() < last {
+                cluster.round();
+            }
+        });
+    });
     g.bench_function("3_nodes_batches_of_64", |b| {
         let mut cluster = Group3::new();
         b.iter(|| {

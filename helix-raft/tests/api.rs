@@ -165,8 +165,9 @@ fn three_voters_elect_replicate_and_acknowledge() {
             Some(Bytes::from_static(b"a"))
         );
     }
-    // propose -> Append -> AppendResponse (commit) -> Commit -> durable report.
-    assert!(c.hops <= 4, "hops from propose to acknowledged: {}", c.hops);
+    // propose -> Append -> AppendResponse (commit) -> Commit -> durable
+    // report (acknowledged): one exchange more than commit.
+    assert_eq!(c.hops, 4, "hops from propose to acknowledged");
     let st = c.nodes[0].status();
     assert_eq!((st.commit, st.durable, st.acknowledged), (idx, idx, idx));
     assert_eq!(
@@ -302,4 +303,12 @@ fn a_node_budget_shared_by_groups_back_pressures_all_of_them() {
     drop(b);
     drop(a);
     assert_eq!(budget.used(), 0, "dropping a group returns its bytes");
+}
+
+#[test]
+fn groups_are_send_so_hosts_can_shard_them_across_workers() {
+    fn assert_send<T: Send + 'static>() {}
+    assert_send::<RaftGroup>();
+    assert_send::<MultiRaft>();
+    assert_send::<helix_raft::MessageBatch>();
 }

@@ -345,3 +345,172 @@ fn whole_cluster_restart_elects_and_acknowledges_again() {
             .all(|w| w.get((a.0 - 1) as usize).map(|e| &e.data[..]) == Some(b"a"))
     );
 }
+
+#[test]
+fn fast_backtracking_skips_a_whole_conflicting_term_in_one_step() {
+    let mut c = Cluster::new(3, |_| {});
+    c.node(0).campaign();
+    c.settle();
+    // The old leader, cut off, appends 30 entries nobody else has.
+    c.isolated.insert(0);
+    for _ in 0..30 {
+        c.node(0)
+            .propose(Bytes::from_static(b"stale"))
+            .expect("still thinks it leads");
+    }
+    c.drain(0);
+    c.tick_all(30);
+    let l = c.leader().expect("nodes 2 and 3 elected a leader");
+    assert_ne!(l, 0);
+    assert_eq!(c.node(0).status().last_index, LogIndex(31));
+    for _ in 0..30 {
+        c.node(l)
+            .propose(Bytes::from_static(b"new"))
+            .expect("leader");
+    }
+    c.settle();
+    // A fresh leader starts probing node 1 at its own last index (32+).
+    let other = 3 - l;
+    c.node(l).transfer_leader(NodeId(other as u64 + 1));
+    c.settle();
+    let l = other;
+    assert_eq!(c.node(l).role(), Role::Leader);
+    c.isolated.clear();
+    // Count the rejects node 1 sends while the new leader finds the match.
+    let mut rejects = 0;
+    for _ in 0..10 {
+        for g in c.nodes.iter_mut().flatten() {
+            g.tick();
+        }
+        for _ in 0..50 {
+            let mut msgs = Vec::new();
+            for i in 0..3 {
+                msgs.extend(c.drain(i));
+            }
+            if msgs.is_empty() {
+                break;
+            }
+            for m in msgs {
+                if let helix_raft::MessageBody::AppendResponse { reject: true, .. } = m.body
+                    && m.from == NodeId(1)
+                {
+                    rejects += 1;
+                }
+                let to = (m.to.0 - 1) as usize;
+                c.node(to).step(m).expect("ok");
+            }
+        }
+    }
+    assert_eq!(c.wals[0], c.wals[l], "the stale suffix was replaced");
+    // Entry-by-entry backtracking would need ~30 rejects.
+    assert!((1..=2).contains(&rejects), "{rejects} rejects");
+}
+
+/// Delivers the messages accepted by `keep`; drops the rest.
+fn deliver(c: &mut Cluster, msgs: Vec<Message>, keep: impl Fn(&Message) -> bool) {
+    for m in msgs {
+        if keep(&m) {
+            let to = (m.to.0 - 1) as usize;
+            if let Some(g) = c.nodes[to].as_mut() {
+                g.step(m).expect("ok");
+            }
+        }
+    }
+}
+
+/// Raft's Figure 8, with durability: an entry of an older term that is
+/// durable on a majority is not acknowledged until an entry of the leader's
+/// own term is. Here it is later lost, legitimately, because it never was.
+#[test]
+fn an_old_term_entry_durable_on_a_majority_is_not_acknowledged() {
+    let mut c = Cluster::new(3, |cfg| {
+        cfg.check_quorum = false;
+        cfg.pre_vote = false;
+        cfg.max_append_bytes = 1; // one entry per append
+    });
+    let (a, b, cc) = (0, 1, 2);
+    c.node(a).campaign();
+    c.settle();
+    assert_eq!(c.node(a).acknowledged(), LogIndex(1));
+
+    // A (term 1) appends e at index 2; nobody hears of it.
+    c.isolated.insert(a);
+    let e = c.node(a).propose(Bytes::from_static(b"e")).expect("leader");
+    c.drain(a);
+    // C wins term 2 with B's vote (A, asked too, refuses: its log is longer,
+    // and steps down) and appends its no-op; B never gets it.
+    c.node(cc).campaign();
+    let m = c.drain(cc);
+    deliver(&mut c, m, |_| true);
+    c.drain(a);
+    let m = c.drain(b);
+    deliver(&mut c, m, |m| m.to == NodeId(3));
+    assert_eq!(c.node(cc).role(), Role::Leader);
+    c.drain(cc);
+    c.isolated = HashSet::from([cc]);
+
+    // A wins term 3 with B's vote (A's log [1, e] is more up to date).
+    assert_eq!(c.node(a).role(), Role::Follower);
+    c.node(a).campaign();
+    assert_eq!(c.node(a).term(), Term(3));
+    // Exchange A <-> B until A commits; B never hears the new commit index.
+    for _ in 0..20 {
+        if c.node(a).status().commit >= LogIndex(3) {
+            break;
+        }
+        let m = c.drain(a);
+        deliver(&mut c, m, |m| m.to == NodeId(2));
+        let m = c.drain(b);
+        deliver(&mut c, m, |m| m.to == NodeId(1));
+    }
+    c.drain(a);
+    assert_eq!(c.node(a).role(), Role::Leader);
+    assert_eq!(c.wals[b].len(), 1);
+    assert_eq!(
+        c.node(a).status().commit,
+        LogIndex(3),
+        "e and A's no-op committed in memory"
+    );
+
+    // B crashes before applying; back, it is re-sent e alone and applies it.
+    c.crash(b);
+    c.start(b);
+    let noop3_held = |m: &Message| !matches!(&m.body, helix_raft::MessageBody::Append { entries, .. } if entries.iter().any(|x| x.index == LogIndex(3)));
+    for _ in 0..6 {
+        c.node(a).tick();
+        for _ in 0..6 {
+            let m = c.drain(a);
+            deliver(&mut c, m, noop3_held);
+            let m = c.drain(b);
+            deliver(&mut c, m, |_| true);
+        }
+    }
+    assert_eq!(c.wals[b].len(), 2, "B applied e (index 2) only");
+    assert_eq!(c.node(a).status().durable, LogIndex(3));
+    let fb = c
+        .node(a)
+        .status()
+        .followers
+        .into_iter()
+        .find(|f| f.node == NodeId(2))
+        .expect("B");
+    assert_eq!(fb.durable, e, "e is durable on A and B: a majority");
+    assert_eq!(
+        c.node(a).acknowledged(),
+        LogIndex(1),
+        "but e is of term 1, not A's term 3"
+    );
+
+    // Why: A and B crash; C (last term 2) wins with B's vote (last term 1).
+    c.crash(a);
+    c.crash(b);
+    c.isolated.clear();
+    c.start(b);
+    c.tick_all(60);
+    assert_eq!(c.leader(), Some(cc));
+    assert_ne!(
+        c.node(cc).term_at(e),
+        Some(Term(1)),
+        "e is gone, as it may be: never acknowledged"
+    );
+}

@@ -7,7 +7,7 @@ mod sim;
 
 use sim::{AckRule, Sim, SimConfig, Stats};
 
-const DEFAULT_SEEDS: u64 = 1000;
+const DEFAULT_SEEDS: u64 = 2000;
 const STEPS: usize = 1500;
 
 fn run_seeds(
@@ -94,4 +94,19 @@ fn answering_at_the_commit_index_loses_acknowledged_entries() {
         ack_failures.is_empty(),
         "acknowledged-index rule violated: {ack_failures:?}"
     );
+}
+
+/// Liveness after the worst crash: every node at once, then only a majority
+/// (sometimes all) restart with their WALs; every group must elect a leader
+/// and acknowledge a new proposal within the bound.
+#[test]
+fn every_group_recovers_after_all_nodes_crash_at_once() {
+    let (stats, failures) = run_seeds(AckRule::Acknowledged, 300, 50_000, |cfg| {
+        cfg.liveness_crash_all = Some(true);
+        cfg.steps = 600;
+    });
+    assert!(failures.is_empty(), "{failures:?}");
+    if std::env::var("HELIX_SEED").is_err() {
+        assert!(stats.all_crashed >= 300, "{stats:?}");
+    }
 }

@@ -25,7 +25,10 @@ impl RaftGroup {
             kind,
             data,
         });
-        self.maybe_commit();
+        if self.cfg.quorum() == 1 {
+            // Only a one-voter group commits on the leader's own append.
+            self.maybe_commit();
+        }
         self.flush_pending = true;
         index
     }

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use helix_raft::rng::SplitMix64;
-use helix_raft::{Message, NodeId};
+use helix_raft::{Message, MessageBatch, NodeId, decode_batch, encode_batch};
 
 const MAX_DELAY_TICKS: u64 = 3;
 const DROP_PER_MILLE: u64 = 50;
@@ -38,7 +38,16 @@ impl Network {
         self.faults = on;
     }
 
+    /// Every message crosses the wire codec, so the whole simulation also
+    /// checks that encoding round-trips.
     pub fn send(&mut self, msg: Message, now: u64, rng: &mut SplitMix64) {
+        let batch = MessageBatch {
+            from: msg.from,
+            to: msg.to,
+            messages: vec![msg.clone()],
+        };
+        let decoded = decode_batch(encode_batch(&batch)).expect("own encoding decodes");
+        assert_eq!(decoded, batch, "codec round trip");
         if self.blocked.contains(&(msg.from, msg.to)) || self.flights.len() >= MAX_IN_FLIGHT {
             return;
         }
