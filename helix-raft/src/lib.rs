@@ -4,3 +4,31 @@
 //! proposals and reports (vote persisted, entries applied, WAL durable up to an
 //! index) and collects what it must do next. No sockets, clocks, threads or
 //! tokio live here, so every schedule can be replayed from a seed.
+//!
+//! Three positions per group (DESIGN.md, "Durability"): the **commit index**
+//! (majority in memory; entries up to it are applied, i.e. appended to the
+//! WAL), each replica's **durable index** (end of its WAL, or fsynced WAL),
+//! and the **acknowledged index** (highest current-term index durable on a
+//! majority): producers are answered and consumers read only up to it.
+//! The safety argument is docs/adr/0002-raft-acknowledged-index.md.
+
+pub mod codec;
+pub mod config;
+pub mod error;
+pub mod group;
+pub mod log;
+pub mod message;
+pub mod multi;
+pub mod progress;
+pub mod ready;
+pub mod rng;
+pub mod types;
+
+pub use codec::{MessageBatch, decode_batch, encode_batch};
+pub use config::{RaftConfig, Restored};
+pub use error::{ProposeError, RaftError};
+pub use group::RaftGroup;
+pub use message::{CatchUpRequest, Message, MessageBody};
+pub use multi::{MultiRaft, MultiReady};
+pub use ready::{FollowerStatus, Ready, Status};
+pub use types::{Entry, EntryKind, GroupId, HardState, LogIndex, NodeId, Role, Term};

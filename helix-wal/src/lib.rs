@@ -4,3 +4,44 @@
 //! consumers, so Fetch never re-encodes. Every batch group is tagged with the
 //! Raft position (term, index) of the entry that carried it. No networking and
 //! no Raft live here; the server's apply step is the only writer.
+//!
+//! A partition directory holds, per segment `<base offset>`:
+//! `.log` (batches), `.entries` (one record per Raft entry), `.index`
+//! (sparse offset → position), `.timeindex` (sparse max timestamp → offset);
+//! and per log: `recovery-checkpoint`, `log-start-offset`, and, only while a
+//! truncation runs, `truncate-intent`. See docs/wal.md.
+
+mod active;
+pub mod batch;
+mod budget;
+mod config;
+mod entry_index;
+mod error;
+mod fault;
+mod index;
+mod log;
+mod meta;
+mod positions;
+mod reader;
+mod recovery;
+mod retention;
+mod segment;
+mod sync;
+mod truncate;
+mod types;
+
+pub use batch::{BatchError, BatchHeader, patch_batch_header};
+pub use budget::FileBudget;
+pub use config::{Durability, LogConfig, MAX_SEGMENT_BYTES};
+pub use error::{Result, WalError};
+pub use log::PartitionLog;
+pub use positions::EntryStream;
+pub use reader::LogReader;
+pub use retention::RetentionOutcome;
+pub use sync::{SyncGroup, SyncStats};
+pub use types::{
+    AppendInfo, DamagedRange, EpochEnd, RaftPosition, ReadResult, Recovery, TruncatedTail,
+};
+
+#[cfg(test)]
+mod tests;

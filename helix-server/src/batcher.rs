@@ -1,0 +1,289 @@
+//! Per-partition batcher and node-wide produce backpressure.
+//!
+//! The batcher gathers produce requests for one partition for up to
+//! `linger`, `max_bytes` or `max_requests` (whichever comes first) into one
+//! Raft proposal. A request that would overflow a full batch is carried into
+//! the next one rather than closing a small tail batch.
+//!
+//! Backpressure bounds what the node holds for produce requests that are
+//! not answered yet: `max_pending_requests` and `max_pending_bytes`. At the
+//! limit, connections stop reading (see `kafka/connection.rs`) and a request
+//! that cannot get room before its timeout is answered REQUEST_TIMED_OUT,
+//! which librdkafka and the Java producer both retry (docs/adr/0011).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+
+use crate::error::{HelixError, Result};
+
+/// Limits of one batch (one Raft entry).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    pub linger: Duration,
+    pub max_bytes: usize,
+    pub max_requests: usize,
+}
+
+/// The answer to one produce request for one partition.
+#[derive(Debug)]
+pub struct ProduceAck {
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+    /// The batch was already in the log (an idempotent retry): answered
+    /// with DUPLICATE_SEQUENCE_NUMBER and its original base offset.
+    pub duplicate: bool,
+}
+
+pub type ProduceOutcome = Result<ProduceAck>;
+
+/// One produce request's data for one partition, waiting to be proposed.
+#[derive(Debug)]
+pub struct PendingProduce {
+    /// Validated v2 batches, as the producer sent them.
+    pub batches: Vec<bytes::Bytes>,
+    /// Bytes of `batches`.
+    pub size: usize,
+    /// 0, 1 or -1 (all).
+    pub acks: i16,
+    /// None for acks=0: nobody waits for the answer.
+    pub reply: Option<oneshot::Sender<ProduceOutcome>>,
+    pub enqueued: Instant,
+    /// Room held in the node-wide limits until this request is answered.
+    pub room: Room,
+}
+
+/// Work for a partition's worker, in arrival order.
+#[derive(Debug)]
+pub enum PartitionCommand {
+    Produce(PendingProduce),
+    DeleteRecords {
+        before: i64,
+        reply: oneshot::Sender<Result<i64>>,
+    },
+    Retention {
+        min_timestamp: Option<i64>,
+        max_bytes: Option<u64>,
+    },
+}
+
+/// What the worker does next.
+#[derive(Debug)]
+pub enum Work {
+    Produce(Vec<PendingProduce>),
+    Control(PartitionCommand),
+}
+
+/// Collects one partition's produce requests into batches.
+#[derive(Debug)]
+pub struct Batcher {
+    rx: mpsc::Receiver<PartitionCommand>,
+    limits: BatchLimits,
+    /// A request that did not fit the previous batch, or a control command
+    /// that must follow it.
+    carry: Option<PartitionCommand>,
+}
+
+impl Batcher {
+    pub fn new(rx: mpsc::Receiver<PartitionCommand>, limits: BatchLimits) -> Batcher {
+        Batcher {
+            rx,
+            limits,
+            carry: None,
+        }
+    }
+
+    /// The next batch or control command; None once every sender is gone.
+    pub async fn next(&mut self) -> Option<Work> {
+        let first = match self.carry.take() {
+            Some(c) => c,
+            None => self.rx.recv().await?,
+        };
+        let first = match first {
+            PartitionCommand::Produce(p) => p,
+            other => return Some(Work::Control(other)),
+        };
+        let deadline = tokio::time::Instant::now() + self.limits.linger;
+        let mut bytes = first.size;
+        let mut batch = vec![first];
+        while batch.len() < self.limits.max_requests && bytes < self.limits.max_bytes {
+            let next = match self.rx.try_recv() {
+                Ok(c) => c,
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                        Ok(Some(c)) => c,
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            };
+            match next {
+                PartitionCommand::Produce(p) if bytes + p.size <= self.limits.max_bytes => {
+                    bytes += p.size;
+                    batch.push(p);
+                }
+                other => {
+                    self.carry = Some(other);
+                    break;
+                }
+            }
+        }
+        Some(Work::Produce(batch))
+    }
+}
+
+/// Node-wide limits on unanswered produce requests.
+#[derive(Debug, Clone)]
+pub struct Backpressure {
+    requests: Arc<Semaphore>,
+    bytes: Arc<Semaphore>,
+    max_bytes: usize,
+}
+
+/// Room taken in the [`Backpressure`] limits; given back when dropped.
+#[derive(Debug)]
+pub struct Room {
+    _request: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+impl Backpressure {
+    pub fn new(max_requests: usize, max_bytes: usize) -> Backpressure {
+        Backpressure {
+            requests: Arc::new(Semaphore::new(max_requests)),
+            bytes: Arc::new(Semaphore::new(max_bytes)),
+            max_bytes,
+        }
+    }
+
+    /// Waits for room for one request of `size` bytes, at most `timeout`.
+    /// A request larger than the whole byte budget takes all of it.
+    pub async fn acquire(&self, size: usize, timeout: Duration) -> Result<Room> {
+        let take = size.clamp(1, self.max_bytes) as u32;
+        let wait = async {
+            let request = self
+                .requests
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| HelixError::ShuttingDown)?;
+            let bytes = self
+                .bytes
+                .clone()
+                .acquire_many_owned(take)
+                .await
+                .map_err(|_| HelixError::ShuttingDown)?;
+            Ok(Room {
+                _request: request,
+                _bytes: Some(bytes),
+            })
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .map_err(|_| HelixError::Timeout("produce backpressure"))?
+    }
+
+    /// Returns once the node is below both limits (connections call this
+    /// before reading the next request, so a full node stops reading).
+    pub async fn wait_for_room(&self) {
+        let _r = self.requests.acquire().await;
+        let _b = self.bytes.acquire().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition::batch::{tests::make_batch, validate};
+
+    fn pending(bp: &Backpressure, size_hint: &[u8]) -> PendingProduce {
+        let b = make_batch(&[size_hint], -1, -1, 0);
+        let batches = validate(&b, 1 << 20)
+            .expect("valid")
+            .into_iter()
+            .map(|v| v.bytes)
+            .collect();
+        let room = Room {
+            _request: bp.requests.clone().try_acquire_owned().expect("room"),
+            _bytes: None,
+        };
+        PendingProduce {
+            size: b.len(),
+            batches,
+            acks: 1,
+            reply: None,
+            enqueued: Instant::now(),
+            room,
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_arriving_within_linger_share_a_batch_and_overflow_is_carried() {
+        let bp = Backpressure::new(100, 1 << 20);
+        let (tx, rx) = mpsc::channel(16);
+        let one = pending(&bp, &[0u8; 10]).size;
+        let limits = BatchLimits {
+            linger: Duration::from_millis(50),
+            max_bytes: one * 2,
+            max_requests: 10,
+        };
+        let mut b = Batcher::new(rx, limits);
+        for _ in 0..3 {
+            tx.send(PartitionCommand::Produce(pending(&bp, &[0u8; 10])))
+                .await
+                .expect("send");
+        }
+        match b.next().await {
+            Some(Work::Produce(v)) => assert_eq!(v.len(), 2, "byte limit closes the batch"),
+            other => panic!("expected a batch, got {other:?}"),
+        }
+        drop(tx);
+        match b.next().await {
+            Some(Work::Produce(v)) => {
+                assert_eq!(v.len(), 1, "the carried request leads the next batch")
+            }
+            other => panic!("expected the carried request, got {other:?}"),
+        }
+        assert!(b.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn request_limit_closes_a_batch() {
+        let bp = Backpressure::new(100, 1 << 20);
+        let (tx, rx) = mpsc::channel(16);
+        let limits = BatchLimits {
+            linger: Duration::from_secs(5),
+            max_bytes: 1 << 20,
+            max_requests: 2,
+        };
+        let mut b = Batcher::new(rx, limits);
+        for _ in 0..2 {
+            tx.send(PartitionCommand::Produce(pending(&bp, b"x")))
+                .await
+                .expect("send");
+        }
+        match b.next().await {
+            Some(Work::Produce(v)) => assert_eq!(v.len(), 2),
+            other => panic!("expected a batch, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn backpressure_times_out_when_full_and_frees_on_drop() {
+        let bp = Backpressure::new(1, 1000);
+        let room = bp
+            .acquire(10, Duration::from_millis(10))
+            .await
+            .expect("room");
+        let err = bp
+            .acquire(10, Duration::from_millis(10))
+            .await
+            .expect_err("full");
+        assert!(matches!(err, HelixError::Timeout(_)));
+        assert_eq!(bp.requests.available_permits(), 0);
+        assert_eq!(bp.bytes.available_permits(), 990);
+        drop(room);
+        assert!(bp.acquire(10, Duration::from_millis(10)).await.is_ok());
+    }
+}

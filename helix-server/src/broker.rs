@@ -1,0 +1,370 @@
+//! The node's shared state: configuration, the controller, the running
+//! topics and their partitions, and the produce backpressure budget. Every
+//! Kafka handler receives an `Arc<Broker>`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crate::batcher::{Backpressure, BatchLimits};
+use crate::config::Config;
+use crate::controller::topic_config::{self, EffectiveConfig};
+use crate::controller::{Command, Controller, PRODUCER_ID_BLOCK, validate_topic_name};
+use crate::error::{HelixError, Result};
+use crate::partition::{Partition, PartitionSettings};
+
+/// A running topic. Replaced as a whole when it changes.
+#[derive(Debug)]
+pub struct Topic {
+    pub name: String,
+    pub id: uuid::Uuid,
+    pub partitions: Vec<Arc<Partition>>,
+    /// Overrides set on the topic.
+    pub configs: BTreeMap<String, String>,
+    pub effective: EffectiveConfig,
+}
+
+impl Topic {
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+}
+
+#[derive(Debug)]
+struct Admin {
+    controller: Controller,
+    /// Next producer id to hand out and the end of the current block.
+    next_producer_id: i64,
+    producer_id_block_end: i64,
+}
+
+/// The broker.
+#[derive(Debug)]
+pub struct Broker {
+    pub config: Config,
+    pub backpressure: Backpressure,
+    /// Serialises metadata changes (the controller's single writer).
+    admin: tokio::sync::Mutex<Admin>,
+    topics: RwLock<HashMap<String, Arc<Topic>>>,
+    /// A stable id of this single-node cluster.
+    pub cluster_id: String,
+}
+
+/// How often retention is applied to every partition.
+pub const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
+
+impl Broker {
+    /// Opens the data directory: replays the controller and recovers every
+    /// partition.
+    pub fn open(config: Config) -> Result<Arc<Broker>> {
+        let controller = Controller::open(&config.data_dir.join("controller"))?;
+        let cluster_id = cluster_id(&config)?;
+        let mut topics = HashMap::new();
+        for (name, record) in &controller.view().topics {
+            let mut partitions = Vec::new();
+            for p in 0..record.partitions {
+                partitions.push(open_partition(&config, name, &record.id, p)?);
+            }
+            let effective = EffectiveConfig::resolve(&record.configs, &config);
+            topics.insert(
+                name.clone(),
+                Arc::new(Topic {
+                    name: name.clone(),
+                    id: record.id,
+                    partitions,
+                    configs: record.configs.clone(),
+                    effective,
+                }),
+            );
+        }
+        tracing::info!(topics = topics.len(), "recovered the data directory");
+        let end = controller.view().producer_ids_end;
+        let admin = Admin {
+            controller,
+            next_producer_id: end,
+            producer_id_block_end: end,
+        };
+        Ok(Arc::new(Broker {
+            backpressure: Backpressure::new(config.max_pending_requests, config.max_pending_bytes),
+            config,
+            admin: tokio::sync::Mutex::new(admin),
+            topics: RwLock::new(topics),
+            cluster_id,
+        }))
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().ok()?.get(name).cloned()
+    }
+
+    pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<Arc<Topic>> {
+        self.topics
+            .read()
+            .ok()?
+            .values()
+            .find(|t| t.id == id)
+            .cloned()
+    }
+
+    /// Every topic, sorted by name.
+    pub fn all_topics(&self) -> Vec<Arc<Topic>> {
+        let mut v: Vec<Arc<Topic>> = self
+            .topics
+            .read()
+            .map(|t| t.values().cloned().collect())
+            .unwrap_or_default();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// The topic, created with the defaults if auto-creation is on.
+    pub async fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
+        if let Some(t) = self.topic(name) {
+            return Ok(t);
+        }
+        if !self.config.auto_create_topics {
+            return Err(HelixError::UnknownTopicOrPartition);
+        }
+        validate_topic_name(name)?;
+        match self
+            .create_topic(name, self.config.default_partitions, BTreeMap::new(), false)
+            .await
+        {
+            Ok(t) => Ok(t),
+            Err(HelixError::TopicAlreadyExists(_)) => {
+                self.topic(name).ok_or(HelixError::UnknownTopicOrPartition)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// CreateTopics: `partitions` -1 means the default count.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Arc<Topic>> {
+        let partitions = if partitions == -1 {
+            self.config.default_partitions
+        } else {
+            partitions
+        };
+        let configs = topic_config::validate_all(&configs)?;
+        let id = random_uuid();
+        let command = Command::CreateTopic {
+            name: name.to_string(),
+            id: id.to_string(),
+            partitions,
+            configs: configs.clone(),
+        };
+        let mut admin = self.admin.lock().await;
+        admin.controller.view().validate(&command)?;
+        let effective = EffectiveConfig::resolve(&configs, &self.config);
+        if validate_only {
+            return Ok(Arc::new(Topic {
+                name: name.into(),
+                id,
+                partitions: Vec::new(),
+                configs,
+                effective,
+            }));
+        }
+        admin.controller.submit(command)?;
+        let mut opened = Vec::new();
+        for p in 0..partitions {
+            opened.push(open_partition(&self.config, name, &id, p)?);
+        }
+        let topic = Arc::new(Topic {
+            name: name.into(),
+            id,
+            partitions: opened,
+            configs,
+            effective,
+        });
+        self.install(topic.clone());
+        tracing::info!(topic = name, partitions, "created topic");
+        Ok(topic)
+    }
+
+    pub async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid> {
+        let mut admin = self.admin.lock().await;
+        let id = self
+            .topic(name)
+            .map(|t| t.id)
+            .ok_or(HelixError::UnknownTopicOrPartition)?;
+        admin
+            .controller
+            .submit(Command::DeleteTopic { name: name.into() })?;
+        if let Ok(mut topics) = self.topics.write() {
+            topics.remove(name);
+        }
+        let dir = topic_dir(&self.config, &id);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's data");
+        }
+        tracing::info!(topic = name, "deleted topic");
+        Ok(id)
+    }
+
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<()> {
+        let mut admin = self.admin.lock().await;
+        let old = self
+            .topic(name)
+            .ok_or(HelixError::UnknownTopicOrPartition)?;
+        let command = Command::CreatePartitions {
+            name: name.into(),
+            count,
+        };
+        admin.controller.view().validate(&command)?;
+        if validate_only {
+            return Ok(());
+        }
+        admin.controller.submit(command)?;
+        let mut partitions = old.partitions.clone();
+        for p in old.partitions.len() as i32..count {
+            partitions.push(open_partition(&self.config, name, &old.id, p)?);
+        }
+        self.install(Arc::new(Topic {
+            name: old.name.clone(),
+            id: old.id,
+            partitions,
+            configs: old.configs.clone(),
+            effective: old.effective,
+        }));
+        Ok(())
+    }
+
+    /// Replaces a topic's overrides (AlterConfigs, IncrementalAlterConfigs
+    /// compute the new set).
+    pub async fn set_topic_configs(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<()> {
+        let configs = topic_config::validate_all(&configs)?;
+        let mut admin = self.admin.lock().await;
+        let old = self
+            .topic(name)
+            .ok_or(HelixError::UnknownTopicOrPartition)?;
+        if validate_only {
+            return Ok(());
+        }
+        admin.controller.submit(Command::SetTopicConfigs {
+            name: name.into(),
+            configs: configs.clone(),
+        })?;
+        let effective = EffectiveConfig::resolve(&configs, &self.config);
+        self.install(Arc::new(Topic {
+            name: old.name.clone(),
+            id: old.id,
+            partitions: old.partitions.clone(),
+            configs,
+            effective,
+        }));
+        Ok(())
+    }
+
+    /// InitProducerId without a transactional id: a fresh id, epoch 0.
+    pub async fn next_producer_id(&self) -> Result<i64> {
+        let mut admin = self.admin.lock().await;
+        if admin.next_producer_id >= admin.producer_id_block_end {
+            let end = admin.producer_id_block_end + PRODUCER_ID_BLOCK;
+            admin
+                .controller
+                .submit(Command::AllocateProducerIds { end })?;
+            admin.producer_id_block_end = end;
+        }
+        let id = admin.next_producer_id;
+        admin.next_producer_id += 1;
+        Ok(id)
+    }
+
+    /// Applies every topic's retention settings to its partitions.
+    pub fn apply_retention(&self) {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        for t in self.all_topics() {
+            let min_ts = (t.effective.retention_ms >= 0).then(|| now_ms - t.effective.retention_ms);
+            let max_bytes = u64::try_from(t.effective.retention_bytes).ok();
+            for p in &t.partitions {
+                p.retention(min_ts, max_bytes);
+            }
+        }
+    }
+
+    fn install(&self, topic: Arc<Topic>) {
+        if let Ok(mut topics) = self.topics.write() {
+            topics.insert(topic.name.clone(), topic);
+        }
+    }
+}
+
+fn topic_dir(config: &Config, id: &uuid::Uuid) -> PathBuf {
+    config.data_dir.join("topics").join(id.simple().to_string())
+}
+
+fn open_partition(
+    config: &Config,
+    name: &str,
+    id: &uuid::Uuid,
+    index: i32,
+) -> Result<Arc<Partition>> {
+    let dir = topic_dir(config, id).join(index.to_string());
+    let settings = PartitionSettings {
+        batch: BatchLimits {
+            linger: config.batch_linger,
+            max_bytes: config.batch_max_bytes,
+            max_requests: config.batch_max_requests,
+        },
+        durability: config.write_durability,
+    };
+    Partition::open(&dir, name, index, settings)
+}
+
+/// The cluster id, created once and kept in the data directory.
+fn cluster_id(config: &Config) -> Result<String> {
+    let path = config.data_dir.join("cluster-id");
+    match std::fs::read_to_string(&path) {
+        Ok(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+        Ok(_) | Err(_) => {
+            std::fs::create_dir_all(&config.data_dir)?;
+            let id = random_uuid().simple().to_string();
+            std::fs::write(&path, &id)?;
+            Ok(id)
+        }
+    }
+}
+
+/// A random (v4-shaped) UUID from the standard library's per-process
+/// random hasher keys and the clock; topic ids need uniqueness, not secrecy.
+pub fn random_uuid() -> uuid::Uuid {
+    use std::hash::{BuildHasher, Hasher};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut words = [0u64; 2];
+    for (i, w) in words.iter_mut().enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_usize(i);
+        *w = h.finish();
+    }
+    uuid::Builder::from_random_bytes(
+        ((u128::from(words[0]) << 64) | u128::from(words[1])).to_be_bytes(),
+    )
+    .into_uuid()
+}

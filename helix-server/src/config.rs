@@ -1,0 +1,337 @@
+//! Broker configuration: one struct with documented defaults, loaded from an
+//! optional TOML file (`--config`) and overridden by command-line flags.
+//!
+//! Every field here is listed in `docs/configuration.md` with its default;
+//! keep the two in step.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde::Deserialize;
+
+use crate::error::{HelixError, Result};
+
+/// What "durable on one replica" means before a producer is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteDurability {
+    /// Appended to the WAL (page cache); survives kill -9, not power loss.
+    ReplicationOnly,
+    /// Appended and fsynced (group-committed) before acknowledging.
+    Fsync,
+}
+
+/// Command-line flags. Every flag is optional: a flag wins over the TOML file,
+/// which wins over the built-in default.
+#[derive(Debug, Parser)]
+#[command(
+    name = "helix-server",
+    version,
+    about = "Helix: a Kafka-compatible log broker"
+)]
+pub struct Flags {
+    /// TOML file with any of the settings below (same names, snake_case).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// This node's id.
+    #[arg(long)]
+    pub node_id: Option<i32>,
+    /// Address the Kafka listener binds.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Address advertised to clients in Metadata (default: the listen address).
+    #[arg(long)]
+    pub advertised: Option<String>,
+    /// Directory holding every log and the controller state.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// replication-only (default) or fsync.
+    #[arg(long, value_enum)]
+    pub write_durability: Option<WriteDurability>,
+    /// Log filter (tracing EnvFilter syntax); RUST_LOG is used when absent.
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// Partitions of an auto-created or default-sized topic.
+    #[arg(long)]
+    pub default_partitions: Option<i32>,
+    /// Create a topic when a client asks Metadata or Produce for it.
+    #[arg(long)]
+    pub auto_create_topics: Option<bool>,
+    /// Default `retention.ms` of a topic (-1 keeps forever).
+    #[arg(long)]
+    pub retention_ms: Option<i64>,
+    /// Default `retention.bytes` of a partition (-1: unbounded).
+    #[arg(long)]
+    pub retention_bytes: Option<i64>,
+    /// Largest request frame accepted, in bytes.
+    #[arg(long)]
+    pub max_request_size: Option<usize>,
+    /// Default `max.message.bytes` of a topic (largest record batch).
+    #[arg(long)]
+    pub max_message_bytes: Option<i32>,
+    /// Batcher linger, in microseconds.
+    #[arg(long)]
+    pub batch_linger_us: Option<u64>,
+    /// Batcher: most bytes in one Raft entry.
+    #[arg(long)]
+    pub batch_max_bytes: Option<usize>,
+    /// Batcher: most produce requests in one Raft entry.
+    #[arg(long)]
+    pub batch_max_requests: Option<usize>,
+    /// Node-wide limit of produce requests waiting for their acknowledgement.
+    #[arg(long)]
+    pub max_pending_requests: Option<usize>,
+    /// Node-wide limit of bytes in produce requests waiting for acknowledgement.
+    #[arg(long)]
+    pub max_pending_bytes: Option<usize>,
+    /// Most client connections served at once.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+}
+
+/// The TOML file: the same settings as [`Flags`], all optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    node_id: Option<i32>,
+    listen: Option<SocketAddr>,
+    advertised: Option<String>,
+    data_dir: Option<PathBuf>,
+    write_durability: Option<WriteDurability>,
+    log_level: Option<String>,
+    default_partitions: Option<i32>,
+    auto_create_topics: Option<bool>,
+    retention_ms: Option<i64>,
+    retention_bytes: Option<i64>,
+    max_request_size: Option<usize>,
+    max_message_bytes: Option<i32>,
+    batch_linger_us: Option<u64>,
+    batch_max_bytes: Option<usize>,
+    batch_max_requests: Option<usize>,
+    max_pending_requests: Option<usize>,
+    max_pending_bytes: Option<usize>,
+    max_connections: Option<usize>,
+}
+
+/// The effective configuration of this broker process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Node id (default 1).
+    pub node_id: i32,
+    /// Kafka listener (default 127.0.0.1:9092).
+    pub listen: SocketAddr,
+    /// `host:port` put into Metadata (default: `listen`).
+    pub advertised: String,
+    /// Data directory (default `./helix-data`).
+    pub data_dir: PathBuf,
+    /// Default `replication-only`.
+    pub write_durability: WriteDurability,
+    /// Default `info` (RUST_LOG wins when set and no flag is given).
+    pub log_level: Option<String>,
+    /// Default 1.
+    pub default_partitions: i32,
+    /// Default true.
+    pub auto_create_topics: bool,
+    /// Default 604800000 (7 days), as Kafka.
+    pub retention_ms: i64,
+    /// Default -1 (no size limit), as Kafka.
+    pub retention_bytes: i64,
+    /// Default 100 MiB.
+    pub max_request_size: usize,
+    /// Default 1048588, as Kafka's `message.max.bytes`.
+    pub max_message_bytes: i32,
+    /// Default 1 ms.
+    pub batch_linger: Duration,
+    /// Default 4 MiB.
+    pub batch_max_bytes: usize,
+    /// Default 1000.
+    pub batch_max_requests: usize,
+    /// Default 2000.
+    pub max_pending_requests: usize,
+    /// Default 100 MiB.
+    pub max_pending_bytes: usize,
+    /// Default 10000.
+    pub max_connections: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 9092));
+        Config {
+            node_id: 1,
+            listen,
+            advertised: listen.to_string(),
+            data_dir: PathBuf::from("./helix-data"),
+            write_durability: WriteDurability::ReplicationOnly,
+            log_level: None,
+            default_partitions: 1,
+            auto_create_topics: true,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            max_request_size: 100 * 1024 * 1024,
+            max_message_bytes: 1_048_588,
+            batch_linger: Duration::from_millis(1),
+            batch_max_bytes: 4 * 1024 * 1024,
+            batch_max_requests: 1000,
+            max_pending_requests: 2000,
+            max_pending_bytes: 100 * 1024 * 1024,
+            max_connections: 10_000,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults, then the TOML file named by `--config`, then the flags.
+    pub fn load(flags: Flags) -> Result<Config> {
+        let file = match &flags.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let mut c = Config::default();
+        macro_rules! set {
+            ($field:ident) => {
+                if let Some(v) = flags.$field.or(file.$field) {
+                    c.$field = v;
+                }
+            };
+        }
+        set!(node_id);
+        set!(listen);
+        set!(data_dir);
+        set!(write_durability);
+        set!(default_partitions);
+        set!(auto_create_topics);
+        set!(retention_ms);
+        set!(retention_bytes);
+        set!(max_request_size);
+        set!(max_message_bytes);
+        set!(batch_max_bytes);
+        set!(batch_max_requests);
+        set!(max_pending_requests);
+        set!(max_pending_bytes);
+        set!(max_connections);
+        c.log_level = flags.log_level.or(file.log_level);
+        if let Some(us) = flags.batch_linger_us.or(file.batch_linger_us) {
+            c.batch_linger = Duration::from_micros(us);
+        }
+        c.advertised = flags
+            .advertised
+            .or(file.advertised)
+            .unwrap_or_else(|| c.listen.to_string());
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |what: &str| Err(HelixError::Config(what.to_string()));
+        if self.default_partitions < 1 {
+            return bad("default_partitions must be at least 1");
+        }
+        if self.max_request_size < 1024 || self.max_request_size > i32::MAX as usize {
+            return bad("max_request_size must be between 1 KiB and 2 GiB");
+        }
+        if self.batch_max_requests == 0 || self.batch_max_bytes == 0 {
+            return bad("batch limits must be positive");
+        }
+        if self.max_pending_requests == 0
+            || self.max_pending_bytes < self.max_request_size.min(1 << 20)
+        {
+            return bad(
+                "max_pending_requests must be positive and max_pending_bytes at least 1 MiB",
+            );
+        }
+        if self.max_pending_bytes > u32::MAX as usize {
+            return bad("max_pending_bytes must be below 4 GiB");
+        }
+        if self.max_message_bytes < 128 {
+            return bad("max_message_bytes must be at least 128");
+        }
+        if self.max_connections == 0 {
+            return bad("max_connections must be positive");
+        }
+        if advertised_host_port(&self.advertised).is_none() {
+            return bad("advertised must be HOST:PORT");
+        }
+        Ok(())
+    }
+
+    /// The advertised address split into host and port.
+    pub fn advertised_host_port(&self) -> (String, i32) {
+        advertised_host_port(&self.advertised)
+            .unwrap_or_else(|| (self.listen.ip().to_string(), i32::from(self.listen.port())))
+    }
+}
+
+fn advertised_host_port(s: &str) -> Option<(String, i32)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_string(), i32::from(port)))
+}
+
+fn read_file(path: &Path) -> Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| HelixError::Config(format!("cannot read {}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| HelixError::Config(format!("{}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> Flags {
+        let mut all = vec!["helix-server"];
+        all.extend_from_slice(args);
+        Flags::parse_from(all)
+    }
+
+    #[test]
+    fn no_flags_gives_documented_defaults() {
+        let c = Config::load(flags(&[])).expect("defaults are valid");
+        assert_eq!(c.node_id, 1);
+        assert_eq!(c.listen.to_string(), "127.0.0.1:9092");
+        assert_eq!(c.advertised, "127.0.0.1:9092");
+        assert_eq!(c.data_dir, PathBuf::from("./helix-data"));
+        assert_eq!(c.write_durability, WriteDurability::ReplicationOnly);
+        assert!(c.auto_create_topics);
+        assert_eq!(c.max_request_size, 100 * 1024 * 1024);
+        assert_eq!(c.batch_linger, Duration::from_millis(1));
+        assert_eq!(c.max_pending_requests, 2000);
+    }
+
+    #[test]
+    fn flags_override_the_toml_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("helix.toml");
+        std::fs::write(
+            &path,
+            "node_id = 7\nlisten = \"127.0.0.1:19092\"\nwrite_durability = \"fsync\"\nbatch_linger_us = 500\n",
+        )
+        .expect("write toml");
+        let p = path.to_str().expect("utf8 path");
+        let c = Config::load(flags(&["--config", p, "--node-id", "3"])).expect("valid");
+        assert_eq!(c.node_id, 3);
+        assert_eq!(c.listen.port(), 19092);
+        assert_eq!(c.advertised, "127.0.0.1:19092");
+        assert_eq!(c.write_durability, WriteDurability::Fsync);
+        assert_eq!(c.batch_linger, Duration::from_micros(500));
+    }
+
+    #[test]
+    fn unknown_toml_key_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("helix.toml");
+        std::fs::write(&path, "no_such_setting = 1\n").expect("write toml");
+        let p = path.to_str().expect("utf8 path");
+        assert!(Config::load(flags(&["--config", p])).is_err());
+    }
+
+    #[test]
+    fn zero_partitions_is_refused() {
+        assert!(Config::load(flags(&["--default-partitions", "0"])).is_err());
+    }
+}

@@ -1,0 +1,110 @@
+//! The one error type of the broker, and the one place where errors become
+//! Kafka error codes ([`HelixError::kafka_code`]).
+
+use kafka_protocol::error::ResponseError;
+
+/// Everything that can go wrong inside the broker.
+#[derive(Debug, thiserror::Error)]
+pub enum HelixError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("data directory {0} is in use by another broker")]
+    DataDirLocked(String),
+    #[error("corrupt stored state: {0}")]
+    CorruptState(String),
+    #[error("frame of {0} bytes is larger than the limit of {1}")]
+    FrameTooLarge(i64, usize),
+    #[error("malformed request: {0}")]
+    MalformedRequest(String),
+    #[error("unknown topic or partition")]
+    UnknownTopicOrPartition,
+    #[error("unknown topic id")]
+    UnknownTopicId,
+    #[error("topic already exists: {0}")]
+    TopicAlreadyExists(String),
+    #[error("invalid topic name: {0}")]
+    InvalidTopic(String),
+    #[error("invalid partition count: {0}")]
+    InvalidPartitions(String),
+    #[error("invalid replication factor: {0}")]
+    InvalidReplicationFactor(String),
+    #[error("invalid config: {0}")]
+    InvalidConfig(String),
+    #[error("record batch is corrupt: {0}")]
+    CorruptBatch(String),
+    #[error("record batch of {0} bytes exceeds max.message.bytes {1}")]
+    MessageTooLarge(usize, i32),
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    #[error("duplicate sequence number")]
+    DuplicateSequence,
+    #[error("out of order sequence number: expected {expected}, got {got}")]
+    OutOfOrderSequence { expected: i32, got: i32 },
+    #[error("producer epoch is stale")]
+    InvalidProducerEpoch,
+    #[error("transactions are not supported")]
+    TransactionsUnsupported,
+    #[error("offset out of range")]
+    OffsetOutOfRange,
+    #[error("request timed out waiting for {0}")]
+    Timeout(&'static str),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("partition is shutting down")]
+    ShuttingDown,
+}
+
+/// The broker's result type.
+pub type Result<T> = std::result::Result<T, HelixError>;
+
+impl HelixError {
+    /// The Kafka error code a client sees for this error.
+    pub fn kafka_code(&self) -> i16 {
+        let e = match self {
+            HelixError::Config(_)
+            | HelixError::DataDirLocked(_)
+            | HelixError::CorruptState(_)
+            | HelixError::MalformedRequest(_)
+            | HelixError::FrameTooLarge(..) => ResponseError::UnknownServerError,
+            HelixError::Io(_) => ResponseError::KafkaStorageError,
+            HelixError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+            HelixError::UnknownTopicId => ResponseError::UnknownTopicId,
+            HelixError::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
+            HelixError::InvalidTopic(_) => ResponseError::InvalidTopicException,
+            HelixError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+            HelixError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+            HelixError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            HelixError::CorruptBatch(_) => ResponseError::CorruptMessage,
+            HelixError::MessageTooLarge(..) => ResponseError::MessageTooLarge,
+            HelixError::InvalidRecord(_) => ResponseError::InvalidRecord,
+            HelixError::DuplicateSequence => ResponseError::DuplicateSequenceNumber,
+            HelixError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+            HelixError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+            HelixError::TransactionsUnsupported => {
+                ResponseError::TransactionalIdAuthorizationFailed
+            }
+            HelixError::OffsetOutOfRange => ResponseError::OffsetOutOfRange,
+            // REQUEST_TIMED_OUT is retried by librdkafka and by the Java
+            // producer (a RetriableException); see docs/adr/0011.
+            HelixError::Timeout(_) => ResponseError::RequestTimedOut,
+            HelixError::InvalidRequest(_) => ResponseError::InvalidRequest,
+            HelixError::ShuttingDown => ResponseError::NotLeaderOrFollower,
+        };
+        e.code()
+    }
+
+    /// A short text for the response's error message fields.
+    pub fn message(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// Code 0: no error.
+pub const NONE: i16 = 0;
+
+/// Shorthand for a Kafka code from the crate's table.
+pub fn code(e: ResponseError) -> i16 {
+    e.code()
+}

@@ -1,0 +1,77 @@
+//! ApiVersions: the APIs and version ranges this broker serves, and the
+//! KIP-511 fallback for a client newer than us.
+//!
+//! Each range is what the matching handler decodes and answers, tested
+//! version by version (`kafka/tests.rs`). One deliberate exception: Produce
+//! is advertised from v0 although only v3+ is decoded. librdkafka (Debian's
+//! 2.0.2 and later) turns compression off unless the broker's Produce range
+//! reaches down to v0-v2; Kafka 4 advertises v0 for the same reason
+//! (KAFKA-18659) and, like Helix, refuses v0-v2 requests. Clients always
+//! pick the highest common version, which is >= 3 for every client that
+//! speaks record batches v2.
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+
+use crate::error::code;
+use kafka_protocol::error::ResponseError;
+
+/// (api, min, max) served by this broker.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 0, 13),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
+];
+
+/// Produce versions advertised but not decoded (see the module comment).
+pub const PRODUCE_MIN_DECODED: i16 = 3;
+
+/// The advertised range of `key`, if served.
+pub fn range(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, lo, hi)| (*lo, *hi))
+}
+
+/// Whether a request of this version is decoded and answered.
+pub fn serves(key: ApiKey, version: i16) -> bool {
+    if key == ApiKey::Produce && version < PRODUCE_MIN_DECODED {
+        return false;
+    }
+    range(key).is_some_and(|(lo, hi)| version >= lo && version <= hi)
+}
+
+/// The ApiVersions answer; `error` is UNSUPPORTED_VERSION for the KIP-511
+/// fallback (which is always encoded as v0).
+pub fn response(unsupported: bool) -> ApiVersionsResponse {
+    let mut r = ApiVersionsResponse::default();
+    r.error_code = if unsupported {
+        code(ResponseError::UnsupportedVersion)
+    } else {
+        0
+    };
+    r.api_keys = SUPPORTED
+        .iter()
+        .map(|(k, lo, hi)| {
+            let mut v = ApiVersion::default();
+            v.api_key = *k as i16;
+            v.min_version = *lo;
+            v.max_version = *hi;
+            v
+        })
+        .collect();
+    r
+}

@@ -1,0 +1,257 @@
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics;
+//! DescribeConfigs also shows this broker's settings (read-only).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+
+use super::wire_str;
+use crate::broker::Broker;
+use crate::controller::topic_config::{ConfigSource, TOPIC_CONFIGS, default_value};
+use crate::error::HelixError;
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+
+/// Kafka's config_type codes used by DescribeConfigs v3+.
+const TYPE_STRING: i8 = 2;
+const TYPE_INT: i8 = 3;
+const TYPE_LONG: i8 = 5;
+const TYPE_LIST: i8 = 7;
+
+pub fn describe(
+    broker: &Arc<Broker>,
+    req: DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
+    let mut resp = DescribeConfigsResponse::default();
+    for res in req.resources {
+        let mut out = DescribeConfigsResult::default();
+        out.resource_type = res.resource_type;
+        out.resource_name = res.resource_name.clone();
+        let entries = match res.resource_type {
+            RESOURCE_TOPIC => topic_entries(broker, &res.resource_name),
+            RESOURCE_BROKER => broker_entries(broker, &res.resource_name),
+            other => Err(HelixError::InvalidRequest(format!("resource type {other}"))),
+        };
+        match entries {
+            Ok(entries) => {
+                let wanted = res.configuration_keys.as_ref();
+                for (name, value, source, read_only, config_type) in entries {
+                    if wanted.is_some_and(|keys| !keys.iter().any(|k| k.as_str() == name)) {
+                        continue;
+                    }
+                    let mut c = DescribeConfigsResourceResult::default();
+                    c.name = wire_str(&name);
+                    c.value = Some(wire_str(&value));
+                    c.read_only = read_only;
+                    c.config_source = source as i8;
+                    if version >= 3 {
+                        c.config_type = config_type;
+                    }
+                    out.configs.push(c);
+                }
+            }
+            Err(e) => {
+                out.error_code = e.kafka_code();
+                out.error_message = Some(wire_str(&e.message()));
+            }
+        }
+        resp.results.push(out);
+    }
+    resp
+}
+
+type Entry = (String, String, ConfigSource, bool, i8);
+
+fn topic_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, HelixError> {
+    let topic = broker
+        .topic(name)
+        .ok_or(HelixError::UnknownTopicOrPartition)?;
+    Ok(TOPIC_CONFIGS
+        .iter()
+        .filter_map(|d| {
+            let (value, source) = match topic.configs.get(d.name) {
+                Some(v) => (v.clone(), ConfigSource::DynamicTopic),
+                None => default_value(d.name, &broker.config)?,
+            };
+            let t = match d.name {
+                "cleanup.policy" => TYPE_LIST,
+                "max.message.bytes" | "segment.bytes" => TYPE_INT,
+                "retention.ms" | "retention.bytes" => TYPE_LONG,
+                _ => TYPE_STRING,
+            };
+            Some((d.name.to_string(), value, source, false, t))
+        })
+        .collect())
+}
+
+fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, HelixError> {
+    let c = &broker.config;
+    if !name.is_empty() && name != c.node_id.to_string() {
+        return Err(HelixError::InvalidRequest(format!(
+            "broker {name} is not this node"
+        )));
+    }
+    let s = ConfigSource::StaticBroker;
+    Ok(vec![
+        ("node.id".into(), c.node_id.to_string(), s, true, TYPE_INT),
+        (
+            "advertised.listeners".into(),
+            format!("PLAINTEXT://{}", c.advertised),
+            s,
+            true,
+            TYPE_LIST,
+        ),
+        (
+            "log.dirs".into(),
+            c.data_dir.display().to_string(),
+            s,
+            true,
+            TYPE_STRING,
+        ),
+        (
+            "num.partitions".into(),
+            c.default_partitions.to_string(),
+            s,
+            true,
+            TYPE_INT,
+        ),
+        (
+            "auto.create.topics.enable".into(),
+            c.auto_create_topics.to_string(),
+            s,
+            true,
+            1,
+        ),
+        (
+            "log.retention.ms".into(),
+            c.retention_ms.to_string(),
+            s,
+            true,
+            TYPE_LONG,
+        ),
+        (
+            "log.retention.bytes".into(),
+            c.retention_bytes.to_string(),
+            s,
+            true,
+            TYPE_LONG,
+        ),
+        (
+            "message.max.bytes".into(),
+            c.max_message_bytes.to_string(),
+            s,
+            true,
+            TYPE_INT,
+        ),
+        (
+            "socket.request.max.bytes".into(),
+            c.max_request_size.to_string(),
+            s,
+            true,
+            TYPE_INT,
+        ),
+    ])
+}
+
+/// AlterConfigs replaces a topic's whole set of overrides.
+pub async fn alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    let mut resp = AlterConfigsResponse::default();
+    for res in req.resources {
+        let mut configs = BTreeMap::new();
+        for c in &res.configs {
+            if let Some(v) = &c.value {
+                configs.insert(c.name.to_string(), v.to_string());
+            }
+        }
+        let result = match res.resource_type {
+            RESOURCE_TOPIC => {
+                broker
+                    .set_topic_configs(&res.resource_name, configs, req.validate_only)
+                    .await
+            }
+            _ => Err(HelixError::InvalidRequest(
+                "only topic configs can be altered".into(),
+            )),
+        };
+        resp.responses
+            .push(result_entry(res.resource_type, &res.resource_name, result));
+    }
+    resp
+}
+
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+
+/// IncrementalAlterConfigs: SET and DELETE on top of the current overrides.
+pub async fn incremental_alter(
+    broker: &Arc<Broker>,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut resp = IncrementalAlterConfigsResponse::default();
+    for res in req.resources {
+        let result = async {
+            if res.resource_type != RESOURCE_TOPIC {
+                return Err(HelixError::InvalidRequest(
+                    "only topic configs can be altered".into(),
+                ));
+            }
+            let topic = broker
+                .topic(&res.resource_name)
+                .ok_or(HelixError::UnknownTopicOrPartition)?;
+            let mut configs = topic.configs.clone();
+            for c in &res.configs {
+                match (c.config_operation, &c.value) {
+                    (OP_SET, Some(v)) => {
+                        configs.insert(c.name.to_string(), v.to_string());
+                    }
+                    (OP_DELETE, _) => {
+                        configs.remove(c.name.as_str());
+                    }
+                    (op, _) => {
+                        return Err(HelixError::InvalidConfig(format!(
+                            "operation {op} on {} is not supported (only SET and DELETE)",
+                            c.name.as_str()
+                        )));
+                    }
+                }
+            }
+            broker
+                .set_topic_configs(&res.resource_name, configs, req.validate_only)
+                .await
+        }
+        .await;
+        let r = result_entry(res.resource_type, &res.resource_name, result);
+        let mut out = kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+        out.error_code = r.error_code;
+        out.error_message = r.error_message;
+        out.resource_type = r.resource_type;
+        out.resource_name = r.resource_name;
+        resp.responses.push(out);
+    }
+    resp
+}
+
+fn result_entry(
+    resource_type: i8,
+    name: &kafka_protocol::protocol::StrBytes,
+    result: Result<(), HelixError>,
+) -> AlterConfigsResourceResponse {
+    let mut r = AlterConfigsResourceResponse::default();
+    r.resource_type = resource_type;
+    r.resource_name = name.clone();
+    if let Err(e) = result {
+        r.error_code = e.kafka_code();
+        r.error_message = Some(wire_str(&e.message()));
+    }
+    r
+}

@@ -1,0 +1,94 @@
+//! One client connection: a read loop that frames and starts requests in
+//! order, and a write loop that sends their responses in the same order
+//! while later requests are already being processed (pipelining).
+//!
+//! Limits: at most [`MAX_IN_FLIGHT`] requests of a connection are being
+//! processed at once; past that the read loop waits, and so does TCP. The
+//! read loop also waits while the node's produce backpressure is full.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::dispatch::{self, PendingResponse};
+use super::frame::read_frame;
+use crate::broker::Broker;
+use crate::error::Result;
+use crate::metrics::{Metrics, Stage, metrics};
+use tokio::io::AsyncWriteExt;
+
+/// Requests of one connection processed concurrently before reading pauses.
+pub const MAX_IN_FLIGHT: usize = 1024;
+
+type InFlight = JoinHandle<Result<Option<bytes::Bytes>>>;
+
+/// Serves a connection until the client closes it, it misbehaves, or the
+/// broker shuts down (then in-flight requests are still answered).
+pub async fn serve(broker: Arc<Broker>, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let _ = stream.set_nodelay(true);
+    Metrics::count(&metrics().counters.connections, 1);
+    let (mut reader, writer) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<InFlight>(MAX_IN_FLIGHT);
+    let write_loop = tokio::spawn(write_responses(writer, rx));
+    let max = broker.config.max_request_size;
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = broker.backpressure.wait_for_room() => {}
+        }
+        let frame = tokio::select! {
+            _ = shutdown.changed() => break,
+            f = read_frame(&mut reader, max) => f,
+        };
+        let frame = match frame {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::info!(%peer, error = %e, "closing connection: bad frame");
+                break;
+            }
+        };
+        let pending: PendingResponse = match dispatch::start(&broker, frame).await {
+            Ok(p) => p,
+            Err(close) => {
+                tracing::info!(%peer, reason = %close, "closing connection");
+                break;
+            }
+        };
+        if tx.send(tokio::spawn(pending)).await.is_err() {
+            break; // the writer stopped: the socket is gone
+        }
+    }
+    drop(tx);
+    let _ = write_loop.await;
+}
+
+async fn write_responses(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<InFlight>) {
+    while let Some(handle) = rx.recv().await {
+        let body = match handle.await {
+            Ok(Ok(Some(body))) => body,
+            Ok(Ok(None)) => continue,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot encode a response; closing the connection");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "request handler failed; closing the connection");
+                return;
+            }
+        };
+        let started = Instant::now();
+        if w.write_all(&body).await.is_err() {
+            return;
+        }
+        metrics().record(Stage::ResponseWrite, started.elapsed());
+    }
+}

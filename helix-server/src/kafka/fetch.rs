@@ -1,0 +1,143 @@
+//! Fetch: read committed batches (up to the high watermark) as stored, with
+//! long-poll: when less than `min_bytes` is available the request waits up
+//! to `max_wait_ms`, woken as soon as any requested partition's high
+//! watermark moves. Fetch sessions are not kept: every answer carries
+//! session id 0, which tells clients to send full requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use tokio::task::JoinSet;
+
+use crate::broker::{Broker, Topic};
+use crate::error::HelixError;
+use crate::metrics::{Metrics, metrics};
+
+/// Longest long-poll honoured, whatever the client asks.
+const MAX_WAIT: Duration = Duration::from_secs(30);
+
+pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
+    Metrics::count(&metrics().counters.fetch_requests, 1);
+    let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
+    let deadline = tokio::time::Instant::now() + wait;
+    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
+    loop {
+        let (resp, bytes, any_error) = read_once(broker, &req, version);
+        if bytes >= min_bytes.max(1) || any_error || tokio::time::Instant::now() >= deadline {
+            return resp;
+        }
+        if !wait_for_new_data(broker, &req, &resp, version, deadline).await {
+            return read_once(broker, &req, version).0;
+        }
+    }
+}
+
+fn resolve(broker: &Broker, name: &str, id: uuid::Uuid, version: i16) -> Option<Arc<Topic>> {
+    if version >= 13 {
+        broker.topic_by_id(id)
+    } else {
+        broker.topic(name)
+    }
+}
+
+/// One pass over the requested partitions. Returns the response, the record
+/// bytes in it, and whether any partition has an error.
+fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchResponse, usize, bool) {
+    let mut resp = FetchResponse::default();
+    let mut budget = usize::try_from(req.max_bytes).unwrap_or(0);
+    let mut total = 0usize;
+    let mut any_error = false;
+    for ft in &req.topics {
+        let topic = resolve(broker, &ft.topic, ft.topic_id, version);
+        let mut out = FetchableTopicResponse::default();
+        out.topic = ft.topic.clone();
+        out.topic_id = ft.topic_id;
+        for fp in &ft.partitions {
+            let mut pd = PartitionData::default();
+            pd.partition_index = fp.partition;
+            pd.aborted_transactions = Some(Vec::new());
+            let partition = topic.as_ref().and_then(|t| t.partition(fp.partition));
+            let Some(p) = partition else {
+                pd.error_code = if version >= 13 && topic.is_none() {
+                    HelixError::UnknownTopicId.kafka_code()
+                } else {
+                    HelixError::UnknownTopicOrPartition.kafka_code()
+                };
+                any_error = true;
+                out.partitions.push(pd);
+                continue;
+            };
+            let hw = p.high_watermark();
+            pd.high_watermark = hw;
+            pd.last_stable_offset = hw;
+            pd.log_start_offset = p.log_start_offset();
+            // KIP-74: the first partition with data always gets at least one
+            // whole batch, even over the limits, so a consumer never stalls.
+            let limit = usize::try_from(fp.partition_max_bytes)
+                .unwrap_or(0)
+                .min(budget);
+            let limit = if total == 0 { limit.max(1) } else { limit };
+            let data = if fp.fetch_offset == hw || limit == 0 {
+                Ok(Bytes::new())
+            } else {
+                p.read(fp.fetch_offset, limit)
+            };
+            match data {
+                Ok(records) => {
+                    if total > 0 && records.len() > limit {
+                        // Only the first partition may go over the budget.
+                        pd.records = Some(Bytes::new());
+                    } else {
+                        total += records.len();
+                        budget = budget.saturating_sub(records.len());
+                        pd.records = Some(records);
+                    }
+                }
+                Err(e) => {
+                    pd.error_code = e.kafka_code();
+                    any_error = true;
+                }
+            }
+            out.partitions.push(pd);
+        }
+        resp.responses.push(out);
+    }
+    (resp, total, any_error)
+}
+
+/// Waits until a requested partition's high watermark moves past what
+/// `seen` (the last answer built) reported, or the deadline passes.
+/// Returns false at the deadline.
+async fn wait_for_new_data(
+    broker: &Broker,
+    req: &FetchRequest,
+    seen: &FetchResponse,
+    version: i16,
+    deadline: tokio::time::Instant,
+) -> bool {
+    let mut watchers = JoinSet::new();
+    for (ft, seen_topic) in req.topics.iter().zip(&seen.responses) {
+        let Some(topic) = resolve(broker, &ft.topic, ft.topic_id, version) else {
+            continue;
+        };
+        for (fp, seen_partition) in ft.partitions.iter().zip(&seen_topic.partitions) {
+            if let Some(p) = topic.partition(fp.partition) {
+                let mut rx = p.watch_high_watermark();
+                let seen_hw = seen_partition.high_watermark.max(fp.fetch_offset);
+                watchers.spawn(async move {
+                    let _ = rx.wait_for(|hw| *hw > seen_hw).await;
+                });
+            }
+        }
+    }
+    if watchers.is_empty() {
+        tokio::time::sleep_until(deadline).await;
+        return false;
+    }
+    tokio::time::timeout_at(deadline, watchers.join_next())
+        .await
+        .is_ok()
+}

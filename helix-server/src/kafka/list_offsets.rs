@@ -1,0 +1,77 @@
+//! ListOffsets: earliest, latest, by timestamp, max timestamp. Latest is the
+//! high watermark (no transactions, so it is also the last stable offset).
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+
+use crate::broker::Broker;
+use crate::error::HelixError;
+use crate::partition::Partition;
+use crate::partition::batch::first_offset_at_or_after;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
+
+pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    let mut resp = ListOffsetsResponse::default();
+    for t in req.topics {
+        let topic = broker.topic(&t.name);
+        let mut out = ListOffsetsTopicResponse::default();
+        out.name = t.name.clone();
+        for p in t.partitions {
+            let mut r = ListOffsetsPartitionResponse::default();
+            r.partition_index = p.partition_index;
+            match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
+                None => r.error_code = HelixError::UnknownTopicOrPartition.kafka_code(),
+                Some(part) => match lookup(part, p.timestamp) {
+                    Ok((offset, timestamp)) => {
+                        r.offset = offset;
+                        r.timestamp = timestamp;
+                        if version >= 4 {
+                            r.leader_epoch = part.leader_epoch();
+                        }
+                    }
+                    Err(e) => r.error_code = e.kafka_code(),
+                },
+            }
+            out.partitions.push(r);
+        }
+        resp.topics.push(out);
+    }
+    resp
+}
+
+/// (offset, timestamp) for one partition; offset -1 when no record matches.
+fn lookup(p: &Partition, timestamp: i64) -> Result<(i64, i64), HelixError> {
+    let hw = p.high_watermark();
+    match timestamp {
+        LATEST | LATEST_TIERED => Ok((hw, -1)),
+        EARLIEST | EARLIEST_LOCAL => Ok((p.log_start_offset(), -1)),
+        MAX_TIMESTAMP => Ok(p
+            .reader()
+            .max_timestamp()
+            .filter(|(o, _)| *o < hw)
+            .unwrap_or((-1, -1))),
+        ts if ts >= 0 => {
+            let Some((base, _)) = p.reader().offset_for_timestamp(ts) else {
+                return Ok((-1, -1));
+            };
+            if base >= hw {
+                return Ok((-1, -1));
+            }
+            // The batch may start before the first matching record: look
+            // inside it for the exact record.
+            let batch = p.read(base, 1)?;
+            let found = first_offset_at_or_after(&batch, ts).unwrap_or((base, ts));
+            Ok(if found.0 < hw { found } else { (-1, -1) })
+        }
+        _ => Err(HelixError::InvalidRequest(format!("timestamp {timestamp}"))),
+    }
+}

@@ -1,0 +1,31 @@
+//! The Kafka front end: framing, the connection loop, dispatch, and one
+//! module per API family. All wire codecs come from `kafka-protocol`.
+
+pub mod api_versions;
+pub mod cluster;
+pub mod configs;
+pub mod connection;
+pub mod dispatch;
+pub mod fetch;
+pub mod frame;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod records;
+pub mod topics;
+
+#[cfg(test)]
+mod tests;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+
+/// A wire string from a Rust string.
+pub(crate) fn wire_str(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// A wire topic name from a Rust string.
+pub(crate) fn wire_topic(s: &str) -> TopicName {
+    TopicName(wire_str(s))
+}

@@ -1,0 +1,184 @@
+//! Produce and InitProducerId.
+//!
+//! [`enqueue`] validates each partition's batches and queues them to the
+//! partitions, in request order, from the connection's read loop; the
+//! returned future waits for every partition's answer at once (never one
+//! partition after another). A bad partition gets its own error while the
+//! others proceed.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+};
+use tokio::sync::oneshot;
+
+use super::wire_str;
+use crate::batcher::{PendingProduce, ProduceOutcome};
+use crate::broker::Broker;
+use crate::error::{HelixError, code};
+use crate::metrics::{Metrics, metrics};
+use crate::partition::batch;
+
+/// The shortest time a produce request waits for room or an answer, so a
+/// tiny client timeout does not turn a short queue into errors.
+const MIN_PRODUCE_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// One partition's answer, or where it will come from.
+enum Slot {
+    Done(Result<(), HelixError>),
+    Waiting(oneshot::Receiver<ProduceOutcome>),
+}
+
+/// Validates and queues; returns the future of the response (None for acks=0).
+pub async fn enqueue(
+    broker: &Arc<Broker>,
+    req: ProduceRequest,
+    version: i16,
+) -> impl Future<Output = Option<ProduceResponse>> + Send + use<> {
+    let acks = req.acks;
+    let timeout =
+        Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).max(MIN_PRODUCE_TIMEOUT);
+    let m = metrics();
+    Metrics::count(&m.counters.produce_requests, 1);
+    let mut topics = Vec::with_capacity(req.topic_data.len());
+    for td in req.topic_data {
+        let topic = if version >= 13 {
+            broker.topic_by_id(td.topic_id)
+        } else {
+            broker.topic(&td.name)
+        };
+        let mut slots = Vec::with_capacity(td.partition_data.len());
+        for pd in td.partition_data {
+            let slot = if req.transactional_id.is_some() {
+                Slot::Done(Err(HelixError::TransactionsUnsupported))
+            } else {
+                match topic
+                    .as_ref()
+                    .and_then(|t| t.partition(pd.index).map(|p| (t, p)))
+                {
+                    None if version >= 13 && topic.is_none() => {
+                        Slot::Done(Err(HelixError::UnknownTopicId))
+                    }
+                    None => Slot::Done(Err(HelixError::UnknownTopicOrPartition)),
+                    Some((t, p)) => {
+                        let records = pd.records.unwrap_or_default();
+                        match batch::validate(&records, t.effective.max_message_bytes) {
+                            Err(e) => Slot::Done(Err(e)),
+                            Ok(batches) => {
+                                Metrics::count(&m.counters.produce_bytes, records.len() as u64);
+                                match broker.backpressure.acquire(records.len(), timeout).await {
+                                    Err(e) => {
+                                        Metrics::count(&m.counters.backpressure_timeouts, 1);
+                                        Slot::Done(Err(e))
+                                    }
+                                    Ok(room) => {
+                                        let (reply, rx) = if acks == 0 {
+                                            (None, None)
+                                        } else {
+                                            let (tx, rx) = oneshot::channel();
+                                            (Some(tx), Some(rx))
+                                        };
+                                        let pending = PendingProduce {
+                                            batches: batches.into_iter().map(|b| b.bytes).collect(),
+                                            size: records.len(),
+                                            acks,
+                                            reply,
+                                            enqueued: Instant::now(),
+                                            room,
+                                        };
+                                        match (p.produce(pending).await, rx) {
+                                            (Err(e), _) => Slot::Done(Err(e)),
+                                            (Ok(()), Some(rx)) => Slot::Waiting(rx),
+                                            (Ok(()), None) => Slot::Done(Ok(())),
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            };
+            slots.push((pd.index, slot));
+        }
+        topics.push((td.name, td.topic_id, slots));
+    }
+    async move {
+        if acks == 0 {
+            return None;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut resp = ProduceResponse::default();
+        for (name, topic_id, slots) in topics {
+            let mut t = TopicProduceResponse::default();
+            t.name = name;
+            t.topic_id = topic_id;
+            for (index, slot) in slots {
+                let mut r = PartitionProduceResponse::default();
+                r.index = index;
+                r.base_offset = -1;
+                r.log_append_time_ms = -1;
+                r.log_start_offset = -1;
+                let outcome = match slot {
+                    Slot::Done(Ok(())) => Ok(None),
+                    Slot::Done(Err(e)) => Err(e),
+                    // The receivers were all created before this loop, so
+                    // every partition is being written concurrently; this
+                    // only collects the answers.
+                    Slot::Waiting(rx) => match tokio::time::timeout_at(deadline, rx).await {
+                        Ok(Ok(outcome)) => outcome.map(Some),
+                        Ok(Err(_)) => Err(HelixError::ShuttingDown),
+                        Err(_) => Err(HelixError::Timeout("produce acknowledgement")),
+                    },
+                };
+                match outcome {
+                    Ok(Some(ack)) => {
+                        r.base_offset = ack.base_offset;
+                        r.log_start_offset = ack.log_start_offset;
+                        if ack.duplicate {
+                            r.error_code = code(ResponseError::DuplicateSequenceNumber);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        r.error_code = e.kafka_code();
+                        r.error_message = Some(wire_str(&e.message()));
+                    }
+                }
+                t.partition_responses.push(r);
+            }
+            resp.responses.push(t);
+        }
+        Some(resp)
+    }
+}
+
+/// InitProducerId for idempotent producers. A transactional id is refused:
+/// transactions are not served yet.
+pub async fn init_producer_id(
+    broker: &Arc<Broker>,
+    req: InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    let mut resp = InitProducerIdResponse::default();
+    resp.producer_id = ProducerId(-1);
+    resp.producer_epoch = -1;
+    if req.transactional_id.is_some() {
+        resp.error_code = HelixError::TransactionsUnsupported.kafka_code();
+        return resp;
+    }
+    // A client that already has an id (KIP-360 epoch bump after an error)
+    // gets a fresh id: simpler than bumping, and equally safe because
+    // sequence state is per producer id.
+    match broker.next_producer_id().await {
+        Ok(id) => {
+            resp.producer_id = ProducerId(id);
+            resp.producer_epoch = 0;
+        }
+        Err(e) => resp.error_code = e.kafka_code(),
+    }
+    resp
+}

@@ -1,0 +1,110 @@
+//! DeleteRecords (moves a partition's log start offset, ordered with its
+//! appends through the partition's Raft log) and OffsetForLeaderEpoch
+//! (answered from the leader epochs stored in the log: epoch = Raft term).
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::{
+    DeleteRecordsRequest, DeleteRecordsResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+};
+
+use crate::broker::Broker;
+use crate::error::HelixError;
+
+/// DeleteRecords' "up to the high watermark" marker.
+const TO_HIGH_WATERMARK: i64 = -1;
+
+pub async fn delete_records(
+    broker: &Arc<Broker>,
+    req: DeleteRecordsRequest,
+) -> DeleteRecordsResponse {
+    let mut resp = DeleteRecordsResponse::default();
+    for t in req.topics {
+        let topic = broker.topic(&t.name);
+        let mut out = DeleteRecordsTopicResult::default();
+        out.name = t.name.clone();
+        // Every partition's deletion is started before any is awaited.
+        let mut waits = Vec::new();
+        for p in t.partitions {
+            let part = topic
+                .as_ref()
+                .and_then(|t| t.partition(p.partition_index))
+                .cloned();
+            waits.push((
+                p.partition_index,
+                tokio::spawn(async move {
+                    let part = part.ok_or(HelixError::UnknownTopicOrPartition)?;
+                    let hw = part.high_watermark();
+                    let before = if p.offset == TO_HIGH_WATERMARK {
+                        hw
+                    } else {
+                        p.offset
+                    };
+                    if before < 0 || before > hw {
+                        return Err(HelixError::OffsetOutOfRange);
+                    }
+                    part.delete_records(before).await
+                }),
+            ));
+        }
+        for (index, wait) in waits {
+            let mut r = DeleteRecordsPartitionResult::default();
+            r.partition_index = index;
+            r.low_watermark = -1;
+            match wait.await {
+                Ok(Ok(low)) => r.low_watermark = low,
+                Ok(Err(e)) => r.error_code = e.kafka_code(),
+                Err(_) => r.error_code = HelixError::ShuttingDown.kafka_code(),
+            }
+            out.partitions.push(r);
+        }
+        resp.topics.push(out);
+    }
+    resp
+}
+
+pub fn offset_for_leader_epoch(
+    broker: &Arc<Broker>,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let mut resp = OffsetForLeaderEpochResponse::default();
+    for t in req.topics {
+        let topic = broker.topic(&t.topic);
+        let mut out = OffsetForLeaderTopicResult::default();
+        out.topic = t.topic.clone();
+        for p in t.partitions {
+            let mut r = EpochEndOffset::default();
+            r.partition = p.partition;
+            r.leader_epoch = -1;
+            r.end_offset = -1;
+            match topic.as_ref().and_then(|t| t.partition(p.partition)) {
+                None => r.error_code = HelixError::UnknownTopicOrPartition.kafka_code(),
+                Some(part) => {
+                    let current = part.leader_epoch();
+                    if p.current_leader_epoch > current {
+                        r.error_code =
+                            kafka_protocol::error::ResponseError::UnknownLeaderEpoch.code();
+                    } else if p.leader_epoch >= current {
+                        // The current epoch ends at the high watermark.
+                        r.leader_epoch = current;
+                        r.end_offset = part.high_watermark();
+                    } else {
+                        let (epoch, end) = part.reader().end_offset_for_epoch(p.leader_epoch);
+                        r.leader_epoch = epoch;
+                        r.end_offset = end.min(part.high_watermark());
+                    }
+                }
+            }
+            out.partitions.push(r);
+        }
+        resp.topics.push(out);
+    }
+    resp
+}

@@ -1,0 +1,162 @@
+//! Applying a committed produce entry: assign offsets, patch each batch's
+//! baseOffset and partitionLeaderEpoch (= Raft term), check idempotent
+//! producer sequences, and append what was accepted to the partition log.
+//!
+//! Apply is deterministic (it depends only on the entry, the term and the
+//! log), so every replica writes byte-identical batches at identical offsets.
+
+use bytes::{Bytes, BytesMut};
+
+use super::batch::{BatchHeader, patch_header};
+use super::producers::{ProducerTable, SequenceCheck};
+use super::store::PartitionLog;
+use crate::error::{HelixError, Result};
+
+/// The outcome of one request of an entry.
+#[derive(Debug)]
+pub enum Applied {
+    /// Appended at this base offset.
+    Appended {
+        base_offset: i64,
+    },
+    /// Already in the log (an idempotent retry): answered with the original
+    /// base offset and DUPLICATE_SEQUENCE_NUMBER, nothing appended.
+    Duplicate {
+        base_offset: i64,
+    },
+    Rejected(HelixError),
+}
+
+/// Applies one produce entry and returns one outcome per request.
+pub fn apply_produce(
+    log: &mut PartitionLog,
+    producers: &mut ProducerTable,
+    term: i32,
+    lengths: &[u32],
+    data: Bytes,
+) -> Result<Vec<Applied>> {
+    let mut buf: BytesMut = data
+        .try_into_mut()
+        .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+    let mut next = log.next_offset();
+    let mut outcomes = Vec::with_capacity(lengths.len());
+    let mut accepted: Vec<(usize, usize)> = Vec::with_capacity(lengths.len());
+    let mut start = 0usize;
+    for len in lengths {
+        let end = start + *len as usize;
+        let outcome = apply_request(&mut buf[start..end], producers, term, &mut next);
+        if matches!(outcome, Applied::Appended { .. }) {
+            accepted.push((start, end));
+        }
+        outcomes.push(outcome);
+        start = end;
+    }
+    let all = accepted.len() == lengths.len();
+    if all {
+        log.append(&buf)?;
+    } else if !accepted.is_empty() {
+        let mut out = Vec::with_capacity(accepted.iter().map(|(s, e)| e - s).sum());
+        for (s, e) in accepted {
+            out.extend_from_slice(&buf[s..e]);
+        }
+        log.append(&out)?;
+    }
+    Ok(outcomes)
+}
+
+fn apply_request(
+    batches: &mut [u8],
+    producers: &mut ProducerTable,
+    term: i32,
+    next: &mut i64,
+) -> Applied {
+    let mut headers = Vec::new();
+    let mut pos = 0usize;
+    while pos < batches.len() {
+        match BatchHeader::parse(&batches[pos..]) {
+            Ok(h) if pos + h.size <= batches.len() => {
+                pos += h.size;
+                headers.push(h);
+            }
+            Ok(_) => {
+                return Applied::Rejected(HelixError::CorruptBatch(
+                    "batch overruns its request".into(),
+                ));
+            }
+            Err(e) => return Applied::Rejected(e),
+        }
+    }
+    for (i, h) in headers.iter().enumerate() {
+        match producers.check(h) {
+            Ok(SequenceCheck::Accept) => {}
+            Ok(SequenceCheck::Duplicate { base_offset }) if i == 0 => {
+                return Applied::Duplicate { base_offset };
+            }
+            Ok(SequenceCheck::Duplicate { .. }) => {
+                return Applied::Rejected(HelixError::DuplicateSequence);
+            }
+            Err(e) => return Applied::Rejected(e),
+        }
+    }
+    let base_offset = *next;
+    let mut pos = 0usize;
+    for h in &headers {
+        patch_header(&mut batches[pos..pos + h.size], *next, term);
+        producers.record(h, *next);
+        *next += i64::from(h.record_count);
+        pos += h.size;
+    }
+    Applied::Appended { base_offset }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition::batch::tests::make_batch;
+    use crate::partition::entry::{PartitionEntry, decode, encode_produce};
+
+    fn entry(reqs: &[Vec<Bytes>]) -> (Vec<u32>, Bytes) {
+        match decode(encode_produce(reqs.iter().map(Vec::as_slice))).expect("decode") {
+            PartitionEntry::Produce { lengths, data } => (lengths, data),
+            other => panic!("wrong kind {other:?}"),
+        }
+    }
+
+    #[test]
+    fn offsets_are_assigned_per_request_and_a_retry_is_a_duplicate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path()).expect("open");
+        let mut producers = ProducerTable::default();
+        let a = make_batch(&[b"1", b"2"], 3, 0, 0);
+        let b = make_batch(&[b"3"], -1, -1, 0);
+        let (lengths, data) = entry(&[vec![a.clone()], vec![b]]);
+        let out = apply_produce(&mut log, &mut producers, 4, &lengths, data).expect("apply");
+        assert!(matches!(out[0], Applied::Appended { base_offset: 0 }));
+        assert!(matches!(out[1], Applied::Appended { base_offset: 2 }));
+        assert_eq!(log.next_offset(), 3);
+        let (lengths, data) = entry(&[vec![a]]);
+        let out = apply_produce(&mut log, &mut producers, 4, &lengths, data).expect("apply");
+        assert!(matches!(out[0], Applied::Duplicate { base_offset: 0 }));
+        assert_eq!(log.next_offset(), 3, "a duplicate is not appended");
+        let stored = log.reader().headers().expect("headers");
+        assert_eq!(stored[0].leader_epoch, 4);
+        assert_eq!(stored[1].base_offset, 2);
+    }
+
+    #[test]
+    fn an_out_of_order_request_is_rejected_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path()).expect("open");
+        let mut producers = ProducerTable::default();
+        let gap = make_batch(&[b"x"], 8, 5, 0);
+        let ok = make_batch(&[b"y"], -1, -1, 0);
+        let (lengths, data) = entry(&[vec![gap], vec![ok]]);
+        let out = apply_produce(&mut log, &mut producers, 1, &lengths, data).expect("apply");
+        assert!(matches!(
+            out[0],
+            Applied::Rejected(HelixError::OutOfOrderSequence { .. })
+        ));
+        assert!(matches!(out[1], Applied::Appended { base_offset: 0 }));
+        assert_eq!(log.next_offset(), 1);
+    }
+}

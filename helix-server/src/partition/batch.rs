@@ -1,0 +1,398 @@
+//! Kafka v2 record batches as bytes: header parsing, validation and the two
+//! header patches the broker makes (baseOffset, partitionLeaderEpoch).
+//!
+//! Batches are stored exactly as the producer sent them. Neither patched field
+//! is covered by the batch CRC (it starts at `attributes`), so patching never
+//! needs re-encoding. Record contents are never decoded, except counting the
+//! records of an uncompressed batch to check the declared count.
+
+use bytes::Bytes;
+
+use crate::error::{HelixError, Result};
+
+/// Bytes before the records of a v2 batch.
+pub const HEADER_LEN: usize = 61;
+/// Bytes counted in `batchLength` are those after the first 12.
+const LENGTH_PREFIX: usize = 12;
+const CRC_START: usize = 21;
+const MAGIC_V2: i8 = 2;
+
+const ATTR_COMPRESSION_MASK: i16 = 0x07;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+
+/// Producer id of a batch sent without idempotence.
+pub const NO_PRODUCER_ID: i64 = -1;
+
+/// The fields of a v2 batch header the broker looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// Whole batch size in bytes, header included.
+    pub size: usize,
+    pub leader_epoch: i32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// Reads the header at the start of `b`; checks only that it is there.
+    pub fn parse(b: &[u8]) -> Result<BatchHeader> {
+        if b.len() < HEADER_LEN {
+            return Err(HelixError::CorruptBatch(format!(
+                "{} bytes cannot hold a batch header",
+                b.len()
+            )));
+        }
+        let batch_length = be_i32(b, 8);
+        if batch_length < (HEADER_LEN - LENGTH_PREFIX) as i32 {
+            return Err(HelixError::CorruptBatch(format!(
+                "batch length {batch_length} is below the header size"
+            )));
+        }
+        let magic = b[16] as i8;
+        if magic != MAGIC_V2 {
+            return Err(HelixError::CorruptBatch(format!(
+                "magic {magic}: only v2 batches are accepted"
+            )));
+        }
+        Ok(BatchHeader {
+            base_offset: be_i64(b, 0),
+            size: batch_length as usize + LENGTH_PREFIX,
+            leader_epoch: be_i32(b, 12),
+            attributes: be_i16(b, 21),
+            last_offset_delta: be_i32(b, 23),
+            base_timestamp: be_i64(b, 27),
+            max_timestamp: be_i64(b, 35),
+            producer_id: be_i64(b, 43),
+            producer_epoch: be_i16(b, 51),
+            base_sequence: be_i32(b, 53),
+            record_count: be_i32(b, 57),
+        })
+    }
+
+    pub fn compression(&self) -> i16 {
+        self.attributes & ATTR_COMPRESSION_MASK
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + i64::from(self.last_offset_delta)
+    }
+
+    /// Sequence number of the batch's last record (wrapping as Kafka does).
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return self.base_sequence;
+        }
+        let last = i64::from(self.base_sequence) + i64::from(self.last_offset_delta);
+        (last % (i64::from(i32::MAX) + 1)) as i32
+    }
+}
+
+/// One validated batch of a produce request.
+#[derive(Debug, Clone)]
+pub struct ValidBatch {
+    pub bytes: Bytes,
+}
+
+/// Splits a produce request's `records` into batches and validates each:
+/// framing, magic 2, CRC-32C, record count, size limit. Any failure rejects
+/// the whole partition's data (Kafka does the same), never a partial write.
+pub fn validate(records: &Bytes, max_message_bytes: i32) -> Result<Vec<ValidBatch>> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while pos < records.len() {
+        let rest = &records[pos..];
+        let header = BatchHeader::parse(rest)?;
+        if header.size > rest.len() {
+            return Err(HelixError::CorruptBatch(format!(
+                "batch declares {} bytes but {} remain",
+                header.size,
+                rest.len()
+            )));
+        }
+        if header.size > max_message_bytes.max(0) as usize {
+            return Err(HelixError::MessageTooLarge(header.size, max_message_bytes));
+        }
+        let batch = &rest[..header.size];
+        let stored_crc = u32::from_be_bytes([batch[17], batch[18], batch[19], batch[20]]);
+        if crc32c::crc32c(&batch[CRC_START..]) != stored_crc {
+            return Err(HelixError::CorruptBatch("CRC-32C mismatch".into()));
+        }
+        if header.record_count <= 0 || header.last_offset_delta != header.record_count - 1 {
+            return Err(HelixError::InvalidRecord(format!(
+                "record count {} does not match last offset delta {}",
+                header.record_count, header.last_offset_delta
+            )));
+        }
+        if header.is_control() {
+            return Err(HelixError::InvalidRecord(
+                "clients may not send control batches".into(),
+            ));
+        }
+        if header.is_transactional() {
+            return Err(HelixError::TransactionsUnsupported);
+        }
+        if header.compression() == 0 {
+            let counted = count_records(&batch[HEADER_LEN..])?;
+            if counted != header.record_count as usize {
+                return Err(HelixError::InvalidRecord(format!(
+                    "batch declares {} records but holds {counted}",
+                    header.record_count
+                )));
+            }
+        } else if header.compression() > 4 {
+            return Err(HelixError::CorruptBatch(format!(
+                "unknown compression codec {}",
+                header.compression()
+            )));
+        }
+        out.push(ValidBatch {
+            bytes: records.slice(pos..pos + header.size),
+        });
+        pos += header.size;
+    }
+    if out.is_empty() {
+        return Err(HelixError::CorruptBatch(
+            "no record batch in the request".into(),
+        ));
+    }
+    Ok(out)
+}
+
+/// Counts the records of an uncompressed batch body: each record starts with
+/// its length as a zigzag varint, and the lengths must tile the body exactly.
+fn count_records(mut body: &[u8]) -> Result<usize> {
+    let mut n = 0usize;
+    while !body.is_empty() {
+        let (len, used) = read_varint(body)?;
+        if len < 0 || (len as usize) > body.len() - used {
+            return Err(HelixError::CorruptBatch(
+                "record length overruns the batch".into(),
+            ));
+        }
+        body = &body[used + len as usize..];
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// A zigzag-encoded varint (at most 5 bytes for an i32).
+fn read_varint(b: &[u8]) -> Result<(i64, usize)> {
+    let mut value: u64 = 0;
+    for (i, byte) in b.iter().enumerate().take(5) {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            let decoded = ((value >> 1) as i64) ^ -((value & 1) as i64);
+            return Ok((decoded, i + 1));
+        }
+    }
+    Err(HelixError::CorruptBatch("bad varint in record".into()))
+}
+
+/// In an uncompressed batch at the start of `b`: the offset and timestamp
+/// of the first record whose timestamp is >= `ts`. None for a compressed
+/// batch (the caller falls back to the batch) or when no record matches.
+pub fn first_offset_at_or_after(b: &[u8], ts: i64) -> Option<(i64, i64)> {
+    let h = BatchHeader::parse(b).ok()?;
+    if h.compression() != 0 || b.len() < h.size {
+        return None;
+    }
+    let mut body = &b[HEADER_LEN..h.size];
+    while !body.is_empty() {
+        let (len, used) = read_varint(body).ok()?;
+        let len = usize::try_from(len).ok()?;
+        let record = body.get(used..used + len)?;
+        // attributes (1 byte), timestampDelta, offsetDelta
+        let (ts_delta, n) = read_varlong(record.get(1..)?)?;
+        let (offset_delta, _) = read_varint(record.get(1 + n..)?).ok()?;
+        let record_ts = h.base_timestamp + ts_delta;
+        if record_ts >= ts {
+            return Some((h.base_offset + offset_delta, record_ts));
+        }
+        body = &body[used + len..];
+    }
+    None
+}
+
+/// A zigzag-encoded varlong (at most 10 bytes).
+fn read_varlong(b: &[u8]) -> Option<(i64, usize)> {
+    let mut value: u64 = 0;
+    for (i, byte) in b.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((((value >> 1) as i64) ^ -((value & 1) as i64), i + 1));
+        }
+    }
+    None
+}
+
+/// Writes the broker-assigned base offset and the leader epoch (Raft term).
+pub fn patch_header(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
+    debug_assert!(batch.len() >= HEADER_LEN);
+    batch[0..8].copy_from_slice(&base_offset.to_be_bytes());
+    batch[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(a)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn varint(v: i64, out: &mut Vec<u8>) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8 & 0x7f) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+
+    /// Builds an uncompressed v2 batch of `values` (test helper shared with
+    /// the partition tests).
+    pub(crate) fn make_batch(
+        values: &[&[u8]],
+        producer_id: i64,
+        base_sequence: i32,
+        ts: i64,
+    ) -> Bytes {
+        let mut records = Vec::new();
+        for (i, v) in values.iter().enumerate() {
+            let mut body = vec![0u8]; // attributes
+            varint(i as i64 * 10, &mut body); // timestamp delta
+            varint(i as i64, &mut body); // offset delta
+            varint(-1, &mut body); // null key
+            varint(v.len() as i64, &mut body);
+            body.extend_from_slice(v);
+            varint(0, &mut body); // no headers
+            varint(body.len() as i64, &mut records);
+            records.extend_from_slice(&body);
+        }
+        let mut b = Vec::new();
+        b.extend_from_slice(&0i64.to_be_bytes());
+        let len = (HEADER_LEN - LENGTH_PREFIX + records.len()) as i32;
+        b.extend_from_slice(&len.to_be_bytes());
+        b.extend_from_slice(&(-1i32).to_be_bytes());
+        b.push(2);
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&0i16.to_be_bytes());
+        b.extend_from_slice(&(values.len() as i32 - 1).to_be_bytes());
+        b.extend_from_slice(&ts.to_be_bytes());
+        b.extend_from_slice(&(ts + (values.len() as i64 - 1) * 10).to_be_bytes());
+        b.extend_from_slice(&producer_id.to_be_bytes());
+        b.extend_from_slice(&0i16.to_be_bytes());
+        b.extend_from_slice(&base_sequence.to_be_bytes());
+        b.extend_from_slice(&(values.len() as i32).to_be_bytes());
+        b.extend_from_slice(&records);
+        let crc = crc32c::crc32c(&b[CRC_START..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(b)
+    }
+
+    fn hdr(v: &ValidBatch) -> BatchHeader {
+        BatchHeader::parse(&v.bytes).expect("header")
+    }
+
+    #[test]
+    fn valid_batch_passes_and_reports_its_header() {
+        let b = make_batch(&[b"a", b"bb", b"ccc"], 7, 10, 1000);
+        let v = validate(&b, 1 << 20).expect("valid");
+        assert_eq!(v.len(), 1);
+        assert_eq!(hdr(&v[0]).record_count, 3);
+        assert_eq!(hdr(&v[0]).producer_id, 7);
+        assert_eq!(hdr(&v[0]).last_sequence(), 12);
+        assert_eq!(hdr(&v[0]).size, b.len());
+    }
+
+    #[test]
+    fn flipped_bit_is_a_crc_error() {
+        let mut raw = make_batch(&[b"hello"], -1, -1, 0).to_vec();
+        let last = raw.len() - 2;
+        raw[last] ^= 0x01;
+        let err = validate(&Bytes::from(raw), 1 << 20).expect_err("corrupt");
+        assert!(matches!(err, HelixError::CorruptBatch(_)), "{err}");
+    }
+
+    #[test]
+    fn wrong_record_count_is_invalid_record() {
+        let mut raw = make_batch(&[b"x", b"y"], -1, -1, 0).to_vec();
+        raw[57..61].copy_from_slice(&3i32.to_be_bytes());
+        raw[23..27].copy_from_slice(&2i32.to_be_bytes());
+        let crc = crc32c::crc32c(&raw[CRC_START..]);
+        raw[17..21].copy_from_slice(&crc.to_be_bytes());
+        let err = validate(&Bytes::from(raw), 1 << 20).expect_err("bad count");
+        assert!(matches!(err, HelixError::InvalidRecord(_)), "{err}");
+    }
+
+    #[test]
+    fn oversized_batch_is_message_too_large() {
+        let b = make_batch(&[&[0u8; 500]], -1, -1, 0);
+        let err = validate(&b, 200).expect_err("too large");
+        assert!(matches!(err, HelixError::MessageTooLarge(..)), "{err}");
+    }
+
+    #[test]
+    fn truncated_batch_and_old_magic_are_corrupt() {
+        let b = make_batch(&[b"abc"], -1, -1, 0);
+        let cut = b.slice(..b.len() - 1);
+        assert!(matches!(
+            validate(&cut, 1 << 20),
+            Err(HelixError::CorruptBatch(_))
+        ));
+        let mut raw = b.to_vec();
+        raw[16] = 1;
+        assert!(matches!(
+            validate(&Bytes::from(raw), 1 << 20),
+            Err(HelixError::CorruptBatch(_))
+        ));
+        assert!(matches!(
+            validate(&Bytes::from_static(&[0u8; 10]), 1 << 20),
+            Err(HelixError::CorruptBatch(_))
+        ));
+    }
+
+    #[test]
+    fn a_timestamp_lookup_finds_the_record_inside_the_batch() {
+        let mut raw = make_batch(&[b"a", b"b", b"c"], -1, -1, 1000).to_vec();
+        patch_header(&mut raw, 50, 1);
+        assert_eq!(first_offset_at_or_after(&raw, 1005), Some((51, 1010)));
+        assert_eq!(first_offset_at_or_after(&raw, 0), Some((50, 1000)));
+        assert_eq!(first_offset_at_or_after(&raw, 1021), None);
+    }
+
+    #[test]
+    fn patching_keeps_the_crc_valid() {
+        let mut raw = make_batch(&[b"abc"], -1, -1, 0).to_vec();
+        patch_header(&mut raw, 12345, 9);
+        let v = validate(&Bytes::from(raw), 1 << 20).expect("still valid");
+        assert_eq!(hdr(&v[0]).base_offset, 12345);
+        assert_eq!(hdr(&v[0]).leader_epoch, 9);
+    }
+}

@@ -1,0 +1,153 @@
+//! The accept loop: a connection limit, the data-directory lock, the
+//! retention timer, and graceful shutdown on SIGTERM / SIGINT (stop
+//! accepting, stop reading, answer in-flight requests, then exit).
+
+use std::fs::File;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::broker::{Broker, RETENTION_INTERVAL};
+use crate::config::Config;
+use crate::error::{HelixError, Result};
+use crate::kafka::connection;
+use crate::metrics::metrics;
+
+/// How long shutdown waits for connections to finish their in-flight work.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// An exclusive lock on the data directory, held for the process lifetime.
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: File,
+}
+
+impl DataDirLock {
+    pub fn acquire(config: &Config) -> Result<DataDirLock> {
+        std::fs::create_dir_all(&config.data_dir)?;
+        let path = config.data_dir.join("helix.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        match file.try_lock() {
+            Ok(()) => {
+                file.set_len(0)?;
+                std::io::Write::write_all(
+                    &mut &file,
+                    format!("{}\n", std::process::id()).as_bytes(),
+                )?;
+                Ok(DataDirLock { _file: file })
+            }
+            Err(std::fs::TryLockError::WouldBlock) => Err(HelixError::DataDirLocked(
+                config.data_dir.display().to_string(),
+            )),
+            Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+        }
+    }
+}
+
+/// Runs the broker until a shutdown signal.
+pub async fn run(config: Config) -> Result<()> {
+    let _lock = DataDirLock::acquire(&config)?;
+    let listener = TcpListener::bind(config.listen).await?;
+    let broker = Broker::open(config)?;
+    tracing::info!(
+        listen = %broker.config.listen,
+        advertised = %broker.config.advertised,
+        data_dir = %broker.config.data_dir.display(),
+        node_id = broker.config.node_id,
+        durability = ?broker.config.write_durability,
+        "helix-server is serving Kafka"
+    );
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let limit = Arc::new(Semaphore::new(broker.config.max_connections));
+    let mut connections = JoinSet::new();
+    let mut retention = tokio::time::interval(RETENTION_INTERVAL);
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        tokio::select! {
+            _ = &mut signal => break,
+            _ = retention.tick() => broker.apply_retention(),
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, "connection limit reached; refusing");
+                    continue;
+                };
+                let b = broker.clone();
+                let rx = shutdown_rx.clone();
+                connections.spawn(async move {
+                    connection::serve(b, stream, rx).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    drop(listener);
+    let _ = shutdown_tx.send(true);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("connections still busy after the grace period; closing them");
+        connections.abort_all();
+    }
+    tracing::info!("produce-path latency by stage:\n{}", metrics().summary());
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM"),
+                _ = int.recv() => tracing::info!("SIGINT"),
+            }
+        }
+        _ => {
+            tracing::warn!("cannot install signal handlers; use ctrl-c");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_broker_cannot_lock_the_same_data_dir() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = Config {
+            data_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        let first = DataDirLock::acquire(&config).expect("first lock");
+        assert!(matches!(
+            DataDirLock::acquire(&config),
+            Err(HelixError::DataDirLocked(_))
+        ));
+        drop(first);
+        assert!(DataDirLock::acquire(&config).is_ok());
+    }
+}

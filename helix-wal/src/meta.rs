@@ -1,0 +1,236 @@
+//! Small metadata files of a log directory, each one checksummed record:
+//! the recovery checkpoint, the log start offset, and the truncation intent.
+//!
+//! A record is `magic (4) | payload | crc32fast(magic | payload) (4)`. A file
+//! that is missing, short, or fails its checksum reads as absent, so a torn
+//! write can only make recovery do more work, never trust bad data.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, WalError};
+
+pub const CHECKPOINT: &str = "recovery-checkpoint";
+pub const LOG_START: &str = "log-start-offset";
+pub const TRUNCATE_INTENT: &str = "truncate-intent";
+
+const CHECKPOINT_MAGIC: &[u8; 4] = b"HXCP";
+const LOG_START_MAGIC: &[u8; 4] = b"HXLS";
+const INTENT_MAGIC: &[u8; 4] = b"HXTI";
+
+fn encode(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(8 + fields.len() * 8);
+    b.extend_from_slice(magic);
+    for f in fields {
+        b.extend_from_slice(&f.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn decode(magic: &[u8; 4], raw: &[u8], n: usize) -> Option<Vec<u64>> {
+    let len = 4 + n * 8 + 4;
+    if raw.len() < len || &raw[0..4] != magic {
+        return None;
+    }
+    let crc = u32::from_le_bytes(raw[len - 4..len].try_into().ok()?);
+    if crc != crc32fast::hash(&raw[..len - 4]) {
+        return None;
+    }
+    Some(
+        raw[4..len - 4]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
+    )
+}
+
+fn read(path: &Path) -> Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(WalError::io("read", path, e)),
+    }
+}
+
+/// Writes `bytes` to `path` via a temporary file, fsync and rename, then
+/// fsyncs the directory: after return the new content is durable and a crash
+/// at any point leaves either the old or the new file.
+pub fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = File::create(&tmp).map_err(|e| WalError::io("create", &tmp, e))?;
+    f.write_all(bytes)
+        .map_err(|e| WalError::io("write", &tmp, e))?;
+    f.sync_all().map_err(|e| WalError::io("fsync", &tmp, e))?;
+    fs::rename(&tmp, &path).map_err(|e| WalError::io("rename", &path, e))?;
+    sync_dir(dir)
+}
+
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| WalError::io("fsync directory", dir, e))
+}
+
+pub fn remove(dir: &Path, name: &str) -> Result<()> {
+    let path = dir.join(name);
+    match fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(WalError::io("remove", &path, e)),
+    }
+}
+
+/// Where recovery may stop re-verifying: everything before `position` in
+/// segment `segment_base` (and every earlier segment) was whole when written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub segment_base: i64,
+    pub position: u64,
+    pub entry_count: u64,
+    pub next_offset: i64,
+    pub max_timestamp: i64,
+    /// Sparse index records on disk that describe `[0, position)`.
+    pub offset_records: u64,
+    pub time_records: u64,
+}
+
+impl Checkpoint {
+    const FIELDS: usize = 7;
+
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join(CHECKPOINT)
+    }
+
+    pub fn read(dir: &Path) -> Result<Option<Checkpoint>> {
+        let Some(raw) = read(&Checkpoint::path(dir))? else {
+            return Ok(None);
+        };
+        Ok(
+            decode(CHECKPOINT_MAGIC, &raw, Self::FIELDS).map(|f| Checkpoint {
+                segment_base: f[0] as i64,
+                position: f[1],
+                entry_count: f[2],
+                next_offset: f[3] as i64,
+                max_timestamp: f[4] as i64,
+                offset_records: f[5],
+                time_records: f[6],
+            }),
+        )
+    }
+
+    /// Overwrites the checkpoint in place (one small write, no fsync: a lost or
+    /// torn checkpoint only makes recovery re-verify more).
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let b = encode(
+            CHECKPOINT_MAGIC,
+            &[
+                self.segment_base as u64,
+                self.position,
+                self.entry_count,
+                self.next_offset as u64,
+                self.max_timestamp as u64,
+                self.offset_records,
+                self.time_records,
+            ],
+        );
+        let path = Checkpoint::path(dir);
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| WalError::io("open", &path, e))?;
+        f.write_all_at(&b, 0)
+            .map_err(|e| WalError::io("write", &path, e))
+    }
+}
+
+/// The log start offset set by `delete_records_before`.
+pub fn read_log_start(dir: &Path) -> Result<Option<i64>> {
+    Ok(read(&dir.join(LOG_START))?
+        .and_then(|raw| decode(LOG_START_MAGIC, &raw, 1))
+        .map(|f| f[0] as i64))
+}
+
+pub fn write_log_start(dir: &Path, offset: i64) -> Result<()> {
+    write_durably(dir, LOG_START, &encode(LOG_START_MAGIC, &[offset as u64]))
+}
+
+/// A truncation that must be completed: keep segment `segment_base` up to
+/// `position` bytes and `entry_count` entries, delete every later segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TruncateIntent {
+    pub segment_base: i64,
+    pub position: u64,
+    pub entry_count: u64,
+}
+
+impl TruncateIntent {
+    pub fn read(dir: &Path) -> Result<Option<TruncateIntent>> {
+        Ok(read(&dir.join(TRUNCATE_INTENT))?
+            .and_then(|raw| decode(INTENT_MAGIC, &raw, 3))
+            .map(|f| TruncateIntent {
+                segment_base: f[0] as i64,
+                position: f[1],
+                entry_count: f[2],
+            }))
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_durably(
+            dir,
+            TRUNCATE_INTENT,
+            &encode(
+                INTENT_MAGIC,
+                &[self.segment_base as u64, self.position, self.entry_count],
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_round_trips_and_a_flip_reads_as_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint {
+            segment_base: 100,
+            position: 4096,
+            entry_count: 7,
+            next_offset: 150,
+            max_timestamp: -1,
+            offset_records: 1,
+            time_records: 1,
+        };
+        cp.write(dir.path()).unwrap();
+        assert_eq!(Checkpoint::read(dir.path()).unwrap(), Some(cp));
+        let path = Checkpoint::path(dir.path());
+        let mut raw = fs::read(&path).unwrap();
+        raw[9] ^= 1;
+        fs::write(&path, raw).unwrap();
+        assert_eq!(Checkpoint::read(dir.path()).unwrap(), None);
+    }
+
+    #[test]
+    fn intent_and_log_start_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let intent = TruncateIntent {
+            segment_base: 5,
+            position: 9,
+            entry_count: 2,
+        };
+        intent.write(dir.path()).unwrap();
+        assert_eq!(TruncateIntent::read(dir.path()).unwrap(), Some(intent));
+        write_log_start(dir.path(), 77).unwrap();
+        assert_eq!(read_log_start(dir.path()).unwrap(), Some(77));
+        remove(dir.path(), TRUNCATE_INTENT).unwrap();
+        assert_eq!(TruncateIntent::read(dir.path()).unwrap(), None);
+    }
+}

@@ -1,0 +1,201 @@
+//! The read side of a partition log: a cheap, cloneable, `Send + Sync`
+//! handle that Fetch, ListOffsets and Raft catch-up use from any thread while
+//! the single writer appends.
+//!
+//! Readers see a published snapshot: the segment list, the next offset and the
+//! log start offset. The active segment's bytes are bounded by its published
+//! length, so a reader never sees a partly written entry.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::Bytes;
+
+use crate::budget::FileBudget;
+use crate::error::{Result, WalError};
+use crate::positions;
+use crate::segment::Segment;
+use crate::types::{EpochEnd, RaftPosition, ReadResult};
+
+/// State the writer publishes to readers.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub dir: PathBuf,
+    /// Segments in base-offset order; the last one is active.
+    pub segments: RwLock<Vec<Arc<Segment>>>,
+    pub next_offset: AtomicI64,
+    pub log_start_offset: AtomicI64,
+    pub last_position: Mutex<Option<RaftPosition>>,
+    /// The last entry known durable (see `Durability`).
+    pub durable: Mutex<Option<RaftPosition>>,
+    pub budget: FileBudget,
+}
+
+impl Shared {
+    pub fn snapshot(&self) -> Vec<Arc<Segment>> {
+        self.segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn set_segments(&self, segments: Vec<Arc<Segment>>) {
+        *self.segments.write().unwrap_or_else(|p| p.into_inner()) = segments;
+    }
+
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset.load(Ordering::Acquire)
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset.load(Ordering::Acquire)
+    }
+
+    pub fn last_position(&self) -> Option<RaftPosition> {
+        *self.last_position.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_last_position(&self, pos: Option<RaftPosition>) {
+        *self.last_position.lock().unwrap_or_else(|p| p.into_inner()) = pos;
+    }
+
+    pub fn durable(&self) -> Option<RaftPosition> {
+        *self.durable.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_durable(&self, pos: Option<RaftPosition>) {
+        *self.durable.lock().unwrap_or_else(|p| p.into_inner()) = pos;
+    }
+}
+
+/// A read handle on one partition log.
+#[derive(Debug, Clone)]
+pub struct LogReader {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl LogReader {
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Offset the next appended record gets (the log end offset).
+    pub fn next_offset(&self) -> i64 {
+        self.shared.next_offset()
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.shared.log_start_offset()
+    }
+
+    pub fn last_position(&self) -> Option<RaftPosition> {
+        self.shared.last_position()
+    }
+
+    /// The last entry durable on this replica: the WAL end in
+    /// `ReplicationOnly`, the last group-committed entry in `Fsync`.
+    pub fn durable_position(&self) -> Option<RaftPosition> {
+        self.shared.durable()
+    }
+
+    /// Whole batches starting with the one that contains `from_offset`, up to
+    /// `max_bytes` (at least one batch when one exists). Never crosses a
+    /// segment boundary. Empty at the log end; `OffsetOutOfRange` outside
+    /// `[log_start_offset, next_offset]`.
+    pub fn read(&self, from_offset: i64, max_bytes: usize) -> Result<ReadResult> {
+        let log_start = self.log_start_offset();
+        let next = self.next_offset();
+        if from_offset < log_start || from_offset > next {
+            return Err(WalError::OffsetOutOfRange {
+                offset: from_offset,
+                log_start,
+                next_offset: next,
+            });
+        }
+        let empty = ReadResult {
+            bytes: Bytes::new(),
+            first_offset: from_offset,
+            next_offset: from_offset,
+            log_end_offset: next,
+            log_start_offset: log_start,
+        };
+        if from_offset == next {
+            return Ok(empty);
+        }
+        let segments = self.shared.snapshot();
+        let start = segments
+            .partition_point(|s| s.base_offset <= from_offset)
+            .saturating_sub(1);
+        for seg in &segments[start..] {
+            match seg.read(from_offset, max_bytes, &self.shared.budget) {
+                Ok(Some(chunk)) => {
+                    return Ok(ReadResult {
+                        bytes: chunk.bytes,
+                        first_offset: chunk.first_offset,
+                        next_offset: chunk.next_offset,
+                        log_end_offset: next,
+                        log_start_offset: log_start,
+                    });
+                }
+                Ok(None) => continue,
+                Err(e) => return Err(self.explain_race(from_offset, e)),
+            }
+        }
+        Ok(empty)
+    }
+
+    /// A read that failed because retention or truncation removed the
+    /// segment under it is reported as out of range.
+    fn explain_race(&self, offset: i64, e: WalError) -> WalError {
+        let log_start = self.log_start_offset();
+        let next = self.next_offset();
+        if offset < log_start || offset >= next {
+            WalError::OffsetOutOfRange {
+                offset,
+                log_start,
+                next_offset: next,
+            }
+        } else {
+            e
+        }
+    }
+
+    /// ListOffsets by timestamp: base offset of the first batch (at or after
+    /// the log start) whose max timestamp is ≥ `timestamp`; `None` if none.
+    /// Batch granularity: the records before the match inside that batch are
+    /// returned by a Fetch from it and skipped by clients as usual.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<i64>> {
+        let log_start = self.log_start_offset();
+        for seg in self.shared.snapshot() {
+            if seg.next_offset() <= log_start || seg.max_timestamp() < timestamp {
+                continue;
+            }
+            if let Some(offset) = seg.offset_for_timestamp(timestamp, &self.shared.budget)? {
+                return Ok(Some(offset.max(log_start)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The term of entry `index`, `None` when the log does not hold it.
+    pub fn term_of(&self, index: u64) -> Result<Option<u64>> {
+        positions::term_of(&self.shared.snapshot(), index)
+    }
+
+    /// OffsetForLeaderEpoch: the largest term ≤ `term` and the offset its
+    /// entries end at. `None` when every held entry has a larger term.
+    pub fn end_offset_for_term(&self, term: u64) -> Result<Option<EpochEnd>> {
+        positions::end_offset_for_term(&self.shared.snapshot(), term, self.next_offset())
+    }
+
+    /// Streams entries from Raft index `from_index` on (for catch-up): each
+    /// item is one entry's position and its batches. Reads one entry at a time.
+    pub fn entries_from(&self, from_index: u64) -> positions::EntryStream {
+        positions::EntryStream::new(self.shared.clone(), from_index)
+    }
+
+    pub fn budget(&self) -> &FileBudget {
+        &self.shared.budget
+    }
+}

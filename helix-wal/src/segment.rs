@@ -1,0 +1,638 @@
+//! One segment as readers see it: a log file of whole v2 batches named by its
+//! base offset, the length published by the writer, its sparse index, and how
+//! far its bytes have been verified.
+//!
+//! The active segment is read through its file descriptor (`pread`), bounded by
+//! the published length, so the writer and any number of readers can run at
+//! once. A sealed segment is memory-mapped on first use and served as `Bytes`
+//! slices of that mapping (zero-copy). Bytes recovered from disk without
+//! re-verification (before the recovery checkpoint) are CRC-checked the first
+//! time a read reaches them; a failure marks the segment damaged from that
+//! batch on, and reads reaching it get `WalError::Corrupt` instead of bytes.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use bytes::Bytes;
+use memmap2::Mmap;
+
+use crate::batch::{self, BatchHeader, HEADER_LEN};
+use crate::budget::FileBudget;
+use crate::error::{Result, WalError};
+use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
+
+/// Chunk size used when walking the active segment through its file.
+const SCAN_CHUNK: u64 = 1 << 20;
+
+pub fn log_path(dir: &Path, base: i64) -> PathBuf {
+    dir.join(format!("{base:020}.log"))
+}
+
+/// A range found bad by verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    pub position: u64,
+    pub reason: String,
+}
+
+#[derive(Debug)]
+struct Verified {
+    /// Bytes `[0, position)` hold whole batches with good CRCs whose offsets
+    /// run contiguously from the base offset to `next_offset`.
+    position: u64,
+    next_offset: i64,
+    damage: Option<Damage>,
+}
+
+#[derive(Debug)]
+enum Body {
+    Active(ActiveBody),
+    /// Mapped on demand; `None` while unmapped.
+    Sealed(Option<Arc<SealedView>>),
+}
+
+/// What readers share with the writer of the active segment.
+#[derive(Debug, Clone)]
+pub struct ActiveBody {
+    pub file: Arc<File>,
+    pub index: Arc<RwLock<SparseIndex>>,
+}
+
+#[derive(Debug)]
+struct SealedView {
+    data: Bytes,
+    index: SparseIndex,
+}
+
+/// Where a read's bytes come from.
+enum Source {
+    Active(ActiveBody),
+    Sealed(Arc<SealedView>),
+}
+
+#[derive(Debug)]
+pub struct Segment {
+    pub base_offset: i64,
+    dir: PathBuf,
+    log_path: PathBuf,
+    index_interval: u64,
+    /// Bytes of whole entries readers may see.
+    published: AtomicU64,
+    /// Offset after the last batch in the segment.
+    next_offset: AtomicI64,
+    /// Largest batch max timestamp, `i64::MIN` when the segment has none.
+    max_timestamp: AtomicI64,
+    /// Raft index of the segment's first entry, `u64::MAX` while it has none.
+    first_index: AtomicU64,
+    /// Entry records readers may see (published with `published`).
+    entry_count: AtomicU64,
+    /// Fast-path mirror of `verified.position`.
+    verified_to: AtomicU64,
+    verified: Mutex<Verified>,
+    body: RwLock<Body>,
+    last_used: AtomicU64,
+}
+
+/// The published state a segment starts with.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentState {
+    /// Bytes of whole entries.
+    pub len: u64,
+    pub next_offset: i64,
+    pub max_timestamp: i64,
+    /// The prefix `(position, next offset)` already known good.
+    pub verified: (u64, i64),
+    /// `(first Raft index, entry count)` when the segment holds entries.
+    pub entries: Option<(u64, u64)>,
+}
+
+/// Batches found by a read within one segment.
+pub struct Chunk {
+    pub bytes: Bytes,
+    pub first_offset: i64,
+    pub next_offset: i64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Segment {
+    /// A segment whose bytes up to `verified` are known good.
+    pub fn new(
+        dir: &Path,
+        base_offset: i64,
+        index_interval: u64,
+        active: Option<ActiveBody>,
+        state: SegmentState,
+    ) -> Segment {
+        let SegmentState {
+            len,
+            next_offset,
+            max_timestamp,
+            verified,
+            entries,
+        } = state;
+        Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            log_path: log_path(dir, base_offset),
+            index_interval,
+            published: AtomicU64::new(len),
+            next_offset: AtomicI64::new(next_offset),
+            max_timestamp: AtomicI64::new(max_timestamp),
+            first_index: AtomicU64::new(entries.map_or(u64::MAX, |e| e.0)),
+            entry_count: AtomicU64::new(entries.map_or(0, |e| e.1)),
+            verified_to: AtomicU64::new(verified.0),
+            verified: Mutex::new(Verified {
+                position: verified.0,
+                next_offset: verified.1,
+                damage: None,
+            }),
+            body: RwLock::new(match active {
+                Some(a) => Body::Active(a),
+                None => Body::Sealed(None),
+            }),
+            last_used: AtomicU64::new(0),
+        }
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    pub fn len(&self) -> u64 {
+        self.published.load(Ordering::Acquire)
+    }
+
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset.load(Ordering::Acquire)
+    }
+
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp.load(Ordering::Acquire)
+    }
+
+    /// `(first Raft index, entry count)`; `None` while the segment holds no entry.
+    pub fn entries(&self) -> Option<(u64, u64)> {
+        let count = self.entry_count.load(Ordering::Acquire);
+        let first = self.first_index.load(Ordering::Acquire);
+        (count > 0 && first != u64::MAX).then_some((first, count))
+    }
+
+    /// Publishes the entry records (after the bytes they describe).
+    pub fn publish_entries(&self, first_index: u64, count: u64) {
+        self.first_index.store(
+            if count == 0 { u64::MAX } else { first_index },
+            Ordering::Release,
+        );
+        self.entry_count.store(count, Ordering::Release);
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn last_used(&self) -> u64 {
+        self.last_used.load(Ordering::Relaxed)
+    }
+
+    pub fn damage(&self) -> Option<Damage> {
+        lock(&self.verified).damage.clone()
+    }
+
+    /// Refuses reads from `position` on (recovery found the segment inconsistent).
+    pub fn mark_damaged(&self, position: u64, reason: &str) {
+        let mut v = lock(&self.verified);
+        v.damage = Some(Damage {
+            position,
+            reason: reason.into(),
+        });
+        v.position = v.position.min(position);
+        self.verified_to.store(v.position, Ordering::Release);
+    }
+
+    /// Publishes bytes `[checked_from, len)` that the writer appended and
+    /// checked; they extend the verified prefix when contiguous with it.
+    pub fn publish(&self, len: u64, next_offset: i64, max_timestamp: i64, checked_from: u64) {
+        {
+            let mut v = lock(&self.verified);
+            if v.damage.is_none() && v.position == checked_from {
+                v.position = len;
+                v.next_offset = next_offset;
+                self.verified_to.store(len, Ordering::Release);
+            }
+        }
+        self.max_timestamp
+            .fetch_max(max_timestamp, Ordering::AcqRel);
+        self.next_offset.store(next_offset, Ordering::Release);
+        self.published.store(len, Ordering::Release);
+    }
+
+    /// Shrinks the readable range (truncation); verified state follows.
+    pub fn retract(&self, len: u64, next_offset: i64, max_timestamp: i64) {
+        self.published.store(len, Ordering::Release);
+        self.next_offset.store(next_offset, Ordering::Release);
+        self.max_timestamp.store(max_timestamp, Ordering::Release);
+        let mut v = lock(&self.verified);
+        if v.position > len {
+            v.position = 0;
+            v.next_offset = self.base_offset;
+            self.verified_to.store(0, Ordering::Release);
+        }
+        if v.damage.as_ref().is_some_and(|d| d.position >= len) {
+            v.damage = None;
+        }
+    }
+
+    /// Turns the active segment into a sealed one (mapped on next read).
+    pub fn seal(&self) {
+        let mut body = self.body.write().unwrap_or_else(|p| p.into_inner());
+        *body = Body::Sealed(None);
+    }
+
+    pub fn is_mapped(&self) -> bool {
+        matches!(
+            &*self.body.read().unwrap_or_else(|p| p.into_inner()),
+            Body::Sealed(Some(_))
+        )
+    }
+
+    /// Drops the mapping of a sealed segment (the budget evicted it).
+    pub fn unmap(&self) {
+        let mut body = self.body.write().unwrap_or_else(|p| p.into_inner());
+        if let Body::Sealed(view) = &mut *body {
+            *view = None;
+        }
+    }
+
+    fn source(self: &Arc<Self>, budget: &FileBudget) -> Result<Source> {
+        self.last_used.store(budget.tick(), Ordering::Relaxed);
+        {
+            let body = self.body.read().unwrap_or_else(|p| p.into_inner());
+            match &*body {
+                Body::Active(a) => return Ok(Source::Active(a.clone())),
+                Body::Sealed(Some(v)) => return Ok(Source::Sealed(v.clone())),
+                Body::Sealed(None) => {}
+            }
+        }
+        let view = {
+            let mut body = self.body.write().unwrap_or_else(|p| p.into_inner());
+            match &*body {
+                Body::Active(a) => return Ok(Source::Active(a.clone())),
+                Body::Sealed(Some(v)) => return Ok(Source::Sealed(v.clone())),
+                Body::Sealed(None) => {}
+            }
+            let view = Arc::new(self.map()?);
+            *body = Body::Sealed(Some(view.clone()));
+            view
+        };
+        budget.register(self);
+        Ok(Source::Sealed(view))
+    }
+
+    fn map(&self) -> Result<SealedView> {
+        let len = self.len();
+        let data = if len == 0 {
+            Bytes::new()
+        } else {
+            let file = File::open(&self.log_path)
+                .map_err(|e| WalError::io("open segment", &self.log_path, e))?;
+            let file_len = file
+                .metadata()
+                .map_err(|e| WalError::io("stat segment", &self.log_path, e))?
+                .len();
+            if file_len < len {
+                return Err(WalError::Corrupt {
+                    file: self.log_path.clone(),
+                    position: file_len,
+                    reason: format!("segment holds {file_len} bytes, its entries end at {len}"),
+                });
+            }
+            // SAFETY: sealed segments are never modified in place: truncation
+            // writes a new file and renames it over, retention unlinks. The
+            // mapping therefore never shrinks under a reader.
+            let map = unsafe { Mmap::map(&file) }
+                .map_err(|e| WalError::io("map segment", &self.log_path, e))?;
+            Bytes::from_owner(map).slice(0..len as usize)
+        };
+        let index = match SparseIndex::load(&self.dir, self.base_offset, None)? {
+            Some(ix) => ix,
+            None => {
+                tracing::warn!(segment = %self.log_path.display(), "sparse index unreadable, rebuilding from batch headers");
+                build_index(&data, self.base_offset, self.index_interval)
+            }
+        };
+        Ok(SealedView { data, index })
+    }
+
+    /// Reads whole batches starting with the one containing `from` (which
+    /// must be ≥ the base offset), up to `max_bytes` but at least one batch.
+    /// `None` when the segment holds nothing at or after `from`.
+    pub fn read(
+        self: &Arc<Self>,
+        from: i64,
+        max_bytes: usize,
+        budget: &FileBudget,
+    ) -> Result<Option<Chunk>> {
+        let len = self.len();
+        let src = self.source(budget)?;
+        let Some((pos, first)) = self.find_batch(&src, from, len, |h| h.last_offset() >= from)?
+        else {
+            return Ok(None);
+        };
+        let want = (first.total_len() as u64).max(max_bytes as u64);
+        let end_cap = len.min(pos + want);
+        let chunk = src.load(pos, end_cap, &self.log_path)?;
+        let mut taken = 0usize;
+        let mut next = first.base_offset;
+        for b in batch::Batches::new(&chunk) {
+            let Ok((h, range)) = b else { break };
+            if taken > 0 && range.end > max_bytes {
+                break;
+            }
+            taken = range.end;
+            next = h.next_offset();
+        }
+        if taken == 0 {
+            return Err(self.corrupt(pos, "batch does not fit in the segment"));
+        }
+        let end = self.ensure_verified(&src, pos + taken as u64)?;
+        if end <= pos {
+            let d = self.damage().map(|d| d.position).unwrap_or(pos);
+            return Err(self.corrupt(d, "range failed verification"));
+        }
+        if end < pos + taken as u64 {
+            // Damage inside the chunk: serve the good batches before it.
+            let keep = (end - pos) as usize;
+            let mut next_ok = first.base_offset;
+            for b in batch::Batches::new(&chunk[..keep]).flatten() {
+                next_ok = b.0.next_offset();
+            }
+            return Ok(Some(Chunk {
+                bytes: chunk.slice(0..keep),
+                first_offset: first.base_offset,
+                next_offset: next_ok,
+            }));
+        }
+        Ok(Some(Chunk {
+            bytes: chunk.slice(0..taken),
+            first_offset: first.base_offset,
+            next_offset: next,
+        }))
+    }
+
+    /// Bytes `[from, to)`, which must be whole batches (an entry's range),
+    /// verified before they are returned.
+    pub fn read_range(self: &Arc<Self>, from: u64, to: u64, budget: &FileBudget) -> Result<Bytes> {
+        if to > self.len() {
+            return Err(self.corrupt(to, "entry ends beyond the segment's data"));
+        }
+        if from == to {
+            return Ok(Bytes::new());
+        }
+        let src = self.source(budget)?;
+        let good = self.ensure_verified(&src, to)?;
+        if good < to {
+            let d = self.damage().map_or(good, |d| d.position);
+            return Err(self.corrupt(d, "range failed verification"));
+        }
+        src.load(from, to, &self.log_path)
+    }
+
+    /// The base offset of the first batch whose max timestamp is ≥ `ts`.
+    pub fn offset_for_timestamp(
+        self: &Arc<Self>,
+        ts: i64,
+        budget: &FileBudget,
+    ) -> Result<Option<i64>> {
+        if self.max_timestamp() < ts {
+            return Ok(None);
+        }
+        let len = self.len();
+        let src = self.source(budget)?;
+        let start = src.with_index(|ix| ix.lookup_time(ts));
+        let from = self.base_offset + i64::from(start);
+        Ok(self
+            .find_batch(&src, from, len, |h| {
+                h.last_offset() >= from && h.max_timestamp >= ts
+            })?
+            .map(|(_, h)| h.base_offset))
+    }
+
+    /// Walks batch headers from the index entry at or below `from` to the
+    /// first batch satisfying `hit`.
+    fn find_batch(
+        &self,
+        src: &Source,
+        from: i64,
+        len: u64,
+        hit: impl Fn(&BatchHeader) -> bool,
+    ) -> Result<Option<(u64, BatchHeader)>> {
+        let rel = u32::try_from(from - self.base_offset).unwrap_or(u32::MAX);
+        let mut pos = u64::from(src.with_index(|ix| ix.lookup_position(rel)));
+        while pos < len {
+            let h = src.header(pos, len, &self.log_path)?;
+            let h = match h {
+                Some(h) if h.validate((len - pos) as usize).is_ok() => h,
+                _ => return Err(self.corrupt(pos, "unreadable batch header")),
+            };
+            if hit(&h) {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.total_len() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Verifies bytes up to at least `upto` (a batch end). Returns how far the
+    /// good prefix reaches (≥ `upto` unless damage was found before it).
+    fn ensure_verified(&self, src: &Source, upto: u64) -> Result<u64> {
+        if self.verified_to.load(Ordering::Acquire) >= upto {
+            return Ok(upto);
+        }
+        let mut v = lock(&self.verified);
+        if let Some(d) = &v.damage {
+            return Ok(d.position.min(upto));
+        }
+        let len = self.len();
+        while v.position < upto {
+            let mut chunk_end = len.min(v.position + SCAN_CHUNK);
+            if let Some(h) = src.header(v.position, len, &self.log_path)?
+                && h.batch_length >= batch::MIN_BATCH_LENGTH
+            {
+                chunk_end = chunk_end.max(len.min(v.position + h.total_len() as u64));
+            }
+            let chunk = src.load(v.position, chunk_end, &self.log_path)?;
+            let mut advanced = false;
+            let mut failure = None;
+            for b in batch::Batches::new(&chunk) {
+                let (h, range) = match b {
+                    Ok(x) => x,
+                    Err(batch::BatchError::Truncated { .. }) if advanced => break,
+                    Err(e) => {
+                        failure = Some(e.to_string());
+                        break;
+                    }
+                };
+                if h.base_offset != v.next_offset {
+                    failure = Some(format!(
+                        "batch base offset {} where {} was expected",
+                        h.base_offset, v.next_offset
+                    ));
+                    break;
+                }
+                if let Err(e) = batch::verify_crc(&chunk[range]) {
+                    failure = Some(e.to_string());
+                    break;
+                }
+                advanced = true;
+                v.next_offset = h.next_offset();
+                v.position += h.total_len() as u64;
+                if v.position >= upto {
+                    break;
+                }
+            }
+            if failure.is_none() && !advanced {
+                failure = Some("no whole batch where one was expected".into());
+            }
+            if let Some(reason) = failure {
+                tracing::error!(file = %self.log_path.display(), position = v.position, %reason,
+                    "stored batch failed verification; refusing to serve from here");
+                v.damage = Some(Damage {
+                    position: v.position,
+                    reason,
+                });
+                return Ok(v.position.min(upto));
+            }
+            self.verified_to.store(v.position, Ordering::Release);
+        }
+        Ok(upto)
+    }
+
+    fn corrupt(&self, position: u64, reason: &str) -> WalError {
+        WalError::Corrupt {
+            file: self.log_path.clone(),
+            position,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Source {
+    fn with_index<T>(&self, f: impl FnOnce(&SparseIndex) -> T) -> T {
+        match self {
+            Source::Active(a) => f(&a.index.read().unwrap_or_else(|p| p.into_inner())),
+            Source::Sealed(v) => f(&v.index),
+        }
+    }
+
+    fn header(&self, pos: u64, len: u64, path: &Path) -> Result<Option<BatchHeader>> {
+        if len - pos < HEADER_LEN as u64 {
+            return Ok(None);
+        }
+        match self {
+            Source::Sealed(v) => Ok(BatchHeader::parse(&v.data[pos as usize..]).ok()),
+            Source::Active(a) => {
+                let mut buf = [0u8; HEADER_LEN];
+                a.file
+                    .read_exact_at(&mut buf, pos)
+                    .map_err(|e| WalError::io("read segment", path, e))?;
+                Ok(BatchHeader::parse(&buf).ok())
+            }
+        }
+    }
+
+    /// Bytes `[from, to)` of the segment (callers keep `to` ≤ published length).
+    fn load(&self, from: u64, to: u64, path: &Path) -> Result<Bytes> {
+        match self {
+            Source::Sealed(v) => Ok(v.data.slice(from as usize..to as usize)),
+            Source::Active(a) => {
+                let mut buf = vec![0u8; (to - from) as usize];
+                let mut filled = 0usize;
+                while filled < buf.len() {
+                    match a.file.read_at(&mut buf[filled..], from + filled as u64) {
+                        // A concurrent truncation shrank the file: serve what exists.
+                        Ok(0) => break,
+                        Ok(n) => filled += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(WalError::io("read segment", path, e)),
+                    }
+                }
+                buf.truncate(filled);
+                Ok(Bytes::from(buf))
+            }
+        }
+    }
+}
+
+/// Rebuilds a segment's sparse index from its batch headers.
+pub fn build_index(data: &[u8], base: i64, interval: u64) -> SparseIndex {
+    let mut ix = SparseIndex::default();
+    let mut builder = IndexBuilder::new(interval);
+    for (h, range) in batch::Batches::new(data).map_while(|b| b.ok()) {
+        if let Some((o, t)) = builder.add(base, &h, range.start as u64) {
+            ix.offsets.push(o);
+            ix.times.push(t);
+        }
+    }
+    ix
+}
+
+/// Decides where sparse index entries go as batches are appended.
+#[derive(Debug, Clone)]
+pub struct IndexBuilder {
+    interval: u64,
+    bytes_since: u64,
+    max_timestamp: i64,
+}
+
+impl IndexBuilder {
+    pub fn new(interval: u64) -> Self {
+        IndexBuilder {
+            interval,
+            bytes_since: u64::MAX,
+            max_timestamp: i64::MIN,
+        }
+    }
+
+    /// Resumes after `ix` (recovery): the next batch gets an entry only once
+    /// `interval` bytes have passed since the last indexed position.
+    pub fn resume(interval: u64, ix: &SparseIndex, position: u64, max_timestamp: i64) -> Self {
+        let last = ix.offsets.last().map(|e| u64::from(e.position));
+        IndexBuilder {
+            interval,
+            bytes_since: last.map_or(u64::MAX, |p| position.saturating_sub(p)),
+            max_timestamp,
+        }
+    }
+
+    /// Accounts for a batch at `position`; returns the index entries due for it.
+    pub fn add(
+        &mut self,
+        base: i64,
+        h: &BatchHeader,
+        position: u64,
+    ) -> Option<(OffsetEntry, TimeEntry)> {
+        self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
+        let due = (self.bytes_since >= self.interval).then(|| {
+            let rel = (h.base_offset - base) as u32;
+            self.bytes_since = 0;
+            (
+                OffsetEntry {
+                    relative_offset: rel,
+                    position: position as u32,
+                },
+                TimeEntry {
+                    timestamp: self.max_timestamp,
+                    relative_offset: rel,
+                },
+            )
+        });
+        self.bytes_since = self.bytes_since.saturating_add(h.total_len() as u64);
+        due
+    }
+}

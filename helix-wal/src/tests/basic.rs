@@ -1,0 +1,320 @@
+//! Behaviour of the public API on well-formed input.
+
+use super::support::*;
+use crate::{Durability, LogConfig, PartitionLog, SyncGroup, WalError};
+
+#[test]
+fn append_then_read_returns_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, rec) = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+    assert_eq!(rec.next_offset, 0);
+    assert_eq!(rec.last_position, None);
+    let a = append_batches(&mut log, pos(1, 1), 2, 3, 100, 50);
+    let info_next = log.next_offset();
+    assert_eq!(info_next, 6);
+    let r = log.reader().read(0, 1 << 20).unwrap();
+    assert_eq!(&r.bytes[..], &a[..]);
+    assert_eq!((r.first_offset, r.next_offset), (0, 6));
+    // An offset in the middle of the second batch returns that batch.
+    let r = log.reader().read(4, 1 << 20).unwrap();
+    assert_eq!(r.first_offset, 3);
+    assert_eq!(&r.bytes[..], &a[a.len() / 2..]);
+    // At the end: empty; past it: out of range.
+    assert!(log.reader().read(6, 100).unwrap().bytes.is_empty());
+    assert!(matches!(
+        log.reader().read(7, 100),
+        Err(WalError::OffsetOutOfRange { offset: 7, .. })
+    ));
+}
+
+#[test]
+fn read_returns_at_least_one_batch_and_respects_max_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+    let a = append_batches(&mut log, pos(1, 1), 4, 1, 1, 500);
+    let one = a.len() / 4;
+    assert_eq!(log.reader().read(0, 1).unwrap().bytes.len(), one);
+    assert_eq!(
+        log.reader().read(0, one * 2 + 10).unwrap().bytes.len(),
+        one * 2
+    );
+}
+
+#[test]
+fn segments_roll_and_reads_cross_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    let mut all = Vec::new();
+    for i in 1..=40 {
+        all.push(append_batches(&mut log, pos(1, i), 1, 2, i as i64, 300));
+    }
+    let segments = log.shared.snapshot().len();
+    assert!(segments > 3, "expected rolls, got {segments} segments");
+    // Every batch reads back at its offsets, from sealed and active segments.
+    for (i, bytes) in all.iter().enumerate() {
+        let r = log.reader().read(i as i64 * 2 + 1, 1).unwrap();
+        assert_eq!(&r.bytes[..], &bytes[..], "batch {i}");
+    }
+}
+
+#[test]
+fn reopen_recovers_positions_and_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = Vec::new();
+    {
+        let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+        for i in 1..=30 {
+            all.push(append_batches(
+                &mut log,
+                pos(1 + i / 10, i),
+                1,
+                1,
+                i as i64,
+                200,
+            ));
+        }
+        log.append(pos(4, 31), &[]).unwrap();
+        log.close().unwrap();
+    }
+    let (log, rec) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    assert_eq!(rec.next_offset, 30);
+    assert_eq!(rec.last_position, Some(pos(4, 31)));
+    assert_eq!(rec.truncated_tail, None);
+    assert_eq!(
+        rec.scanned_bytes, 0,
+        "a clean close leaves nothing to re-verify"
+    );
+    for (i, bytes) in all.iter().enumerate() {
+        assert_eq!(
+            &log.reader().read(i as i64, 1).unwrap().bytes[..],
+            &bytes[..]
+        );
+    }
+    assert_eq!(log.term_of(1).unwrap(), Some(1));
+    assert_eq!(log.term_of(10).unwrap(), Some(2));
+    assert_eq!(log.term_of(31).unwrap(), Some(4));
+    assert_eq!(log.term_of(32).unwrap(), None);
+}
+
+#[test]
+fn end_offset_for_term_follows_offset_for_leader_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    // term 2: offsets 0..10, term 3: none (only a no-op entry), term 5: 10..20
+    for i in 1..=10 {
+        append_batches(&mut log, pos(2, i), 1, 1, 0, 300);
+    }
+    log.append(pos(3, 11), &[]).unwrap();
+    for i in 12..=21 {
+        append_batches(&mut log, pos(5, i), 1, 1, 0, 300);
+    }
+    let e = |t| {
+        log.end_offset_for_term(t)
+            .unwrap()
+            .map(|e| (e.term, e.end_offset))
+    };
+    assert_eq!(e(1), None);
+    assert_eq!(e(2), Some((2, 10)));
+    assert_eq!(e(3), Some((3, 10)));
+    assert_eq!(e(4), Some((3, 10)));
+    assert_eq!(e(5), Some((5, 20)));
+    assert_eq!(e(9), Some((5, 20)));
+}
+
+#[test]
+fn entries_from_streams_each_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    let mut all = Vec::new();
+    for i in 1..=20 {
+        if i % 5 == 0 {
+            log.append(pos(1, i), &[]).unwrap();
+            all.push(Vec::new());
+        } else {
+            all.push(append_batches(&mut log, pos(1, i), 2, 1, 0, 150));
+        }
+    }
+    let got: Vec<_> = log.entries_from(3).map(|r| r.unwrap()).collect();
+    assert_eq!(got.len(), 18);
+    for (k, (p, bytes)) in got.iter().enumerate() {
+        assert_eq!(p.index, k as u64 + 3);
+        assert_eq!(&bytes[..], &all[k + 2][..]);
+    }
+}
+
+#[test]
+fn truncate_after_removes_later_entries_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    let mut all = Vec::new();
+    for i in 1..=40 {
+        all.push(append_batches(&mut log, pos(1, i), 1, 1, 0, 300));
+    }
+    let reader = log.reader();
+    let held = reader.read(0, 1).unwrap();
+    log.truncate_after(7).unwrap();
+    assert_eq!(log.next_offset(), 7);
+    assert_eq!(log.last_position(), Some(pos(1, 7)));
+    assert_eq!(log.term_of(8).unwrap(), None);
+    // Bytes handed out before the truncation stay valid.
+    assert_eq!(&held.bytes[..], &all[0][..]);
+    append_batches(&mut log, pos(2, 8), 1, 1, 0, 100);
+    assert_eq!(log.term_of(8).unwrap(), Some(2));
+    drop(log);
+    let (log, rec) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    assert_eq!(rec.next_offset, 8);
+    assert_eq!(rec.last_position, Some(pos(2, 8)));
+    for (i, bytes) in all.iter().take(7).enumerate() {
+        assert_eq!(
+            &log.reader().read(i as i64, 1).unwrap().bytes[..],
+            &bytes[..]
+        );
+    }
+}
+
+#[test]
+fn retention_deletes_whole_old_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_bytes: Some(8192),
+        retention_ms: Some(1000),
+        ..small_config()
+    };
+    let (mut log, _) = PartitionLog::open(dir.path(), config).unwrap();
+    for i in 1..=60 {
+        append_batches(&mut log, pos(1, i), 1, 1, 10_000 + i as i64, 300);
+    }
+    let before = log.shared.snapshot().len();
+    let out = log.apply_retention(10_000).unwrap();
+    assert!(out.segments_deleted > 0);
+    let total: u64 = log.shared.snapshot().iter().map(|s| s.len()).sum();
+    assert!(total <= 8192 + 4096, "total {total}");
+    assert_eq!(log.shared.snapshot().len(), before - out.segments_deleted);
+    let start = log.log_start_offset();
+    assert_eq!(start, log.shared.snapshot()[0].base_offset);
+    assert!(matches!(
+        log.reader().read(start - 1, 10),
+        Err(WalError::OffsetOutOfRange { .. })
+    ));
+    assert!(log.reader().read(start, 10).is_ok());
+    // By age: everything but the active segment is older than now - 1000.
+    let out = log.apply_retention(100_000).unwrap();
+    assert!(out.segments_deleted > 0);
+    assert_eq!(log.shared.snapshot().len(), 1);
+}
+
+#[test]
+fn delete_records_before_moves_log_start_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+        for i in 1..=30 {
+            append_batches(&mut log, pos(1, i), 1, 1, 0, 300);
+        }
+        log.delete_records_before(17).unwrap();
+        assert_eq!(log.log_start_offset(), 17);
+        assert!(log.shared.snapshot()[0].base_offset <= 17);
+        assert!(matches!(
+            log.delete_records_before(31),
+            Err(WalError::OffsetOutOfRange { .. })
+        ));
+    }
+    let (log, rec) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    assert_eq!(rec.log_start_offset, 17);
+    assert_eq!(log.reader().read(17, 1).unwrap().first_offset, 17);
+}
+
+#[test]
+fn offset_for_timestamp_finds_first_batch_at_or_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    for i in 1..=40 {
+        append_batches(&mut log, pos(1, i), 1, 2, i as i64 * 10, 200);
+    }
+    let r = log.reader();
+    assert_eq!(r.offset_for_timestamp(0).unwrap(), Some(0));
+    assert_eq!(r.offset_for_timestamp(10).unwrap(), Some(0));
+    assert_eq!(r.offset_for_timestamp(11).unwrap(), Some(0)); // batch 0 max ts = 11
+    assert_eq!(r.offset_for_timestamp(12).unwrap(), Some(2));
+    assert_eq!(r.offset_for_timestamp(395).unwrap(), Some(78));
+    assert_eq!(r.offset_for_timestamp(402).unwrap(), None);
+}
+
+#[test]
+fn fsync_mode_group_commit_publishes_durable_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let group = SyncGroup::new();
+    let config = LogConfig {
+        durability: Durability::Fsync,
+        sync_group: Some(group.clone()),
+        ..small_config()
+    };
+    let (mut a, _) = PartitionLog::open(&dir.path().join("a"), config.clone()).unwrap();
+    let (mut b, _) = PartitionLog::open(&dir.path().join("b"), config).unwrap();
+    append_batches(&mut a, pos(1, 1), 1, 1, 0, 100);
+    append_batches(&mut b, pos(1, 1), 1, 1, 0, 100);
+    append_batches(&mut b, pos(1, 2), 1, 1, 0, 100);
+    assert_eq!(a.durable_position(), None);
+    let before = group.stats();
+    a.sync().unwrap();
+    let after = group.stats();
+    assert_eq!(after.rounds, before.rounds + 1);
+    assert_eq!(
+        after.fsyncs,
+        before.fsyncs + 4,
+        "one round synced both logs"
+    );
+    assert_eq!(a.durable_position(), Some(pos(1, 1)));
+    assert_eq!(b.reader().durable_position(), Some(pos(1, 2)));
+}
+
+#[test]
+fn replication_only_is_durable_on_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+    append_batches(&mut log, pos(3, 9), 1, 1, 0, 10);
+    assert_eq!(log.durable_position(), Some(pos(3, 9)));
+}
+
+#[test]
+fn reader_works_from_other_threads_while_appending() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    let reader = log.reader();
+    let t = std::thread::spawn(move || {
+        let mut offset = 0;
+        while offset < 200 {
+            let r = reader.read(offset, 4096).unwrap();
+            for b in crate::batch::Batches::new(&r.bytes) {
+                let (h, range) = b.unwrap();
+                assert_eq!(h.base_offset, offset);
+                crate::batch::verify_crc(&r.bytes[range]).unwrap();
+                offset = h.next_offset();
+            }
+            std::thread::yield_now();
+        }
+    });
+    for i in 1..=200 {
+        append_batches(&mut log, pos(1, i), 1, 1, 0, 100);
+    }
+    t.join().unwrap();
+}
+
+#[test]
+fn file_budget_caps_mapped_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = crate::FileBudget::new(2);
+    let config = LogConfig {
+        file_budget: Some(budget.clone()),
+        ..small_config()
+    };
+    let (mut log, _) = PartitionLog::open(dir.path(), config).unwrap();
+    for i in 1..=60 {
+        append_batches(&mut log, pos(1, i), 1, 1, 0, 300);
+    }
+    assert!(log.shared.snapshot().len() > 5);
+    for off in 0..60 {
+        log.reader().read(off, 1).unwrap();
+        assert!(budget.mapped() <= 2, "mapped {}", budget.mapped());
+    }
+}

@@ -1,0 +1,1 @@
+//! Every error of spec item 11: typed, no panic, nothing acknowledged damaged.

@@ -1,0 +1,7 @@
+//! Crate-level tests: behaviour through the public API, with the test-only
+//! fault injection and crash simulation that black-box tests cannot reach.
+
+mod basic;
+mod errors;
+mod model;
+mod support;
