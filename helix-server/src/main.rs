@@ -6,6 +6,7 @@ mod broker;
 mod config;
 mod controller;
 mod error;
+mod group;
 mod kafka;
 mod metrics;
 mod partition;
@@ -14,7 +15,6 @@ mod server;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-mod group;
 
 fn main() {
     let flags = config::Flags::parse();
