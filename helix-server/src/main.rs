@@ -15,7 +15,6 @@ mod server;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-
 fn main() {
     let flags = config::Flags::parse();
     let config = match config::Config::load(flags) {

@@ -134,10 +134,6 @@ impl Coordinator {
         }
     }
 
-    pub fn config(&self) -> &GroupConfig {
-        &self.config
-    }
-
     /// The coordinator partition that owns `group_id` (FindCoordinator
     /// answers with the leader of this partition).
     pub fn partition_for(&self, group_id: &str) -> CoordinatorPartition {
@@ -336,19 +332,6 @@ impl Coordinator {
                 now_ms.saturating_add(self.config.offsets_retention_check_interval_ms);
             self.expire_offsets(now_ms);
         }
-    }
-
-    /// The earliest instant at which `tick` has work, if any.
-    pub fn next_deadline(&self) -> Option<u64> {
-        let groups = self
-            .shards
-            .values()
-            .filter(|s| !s.loading)
-            .flat_map(|s| s.groups.values());
-        groups
-            .filter_map(ClassicGroup::next_deadline)
-            .chain([self.next_retention_check_ms])
-            .min()
     }
 
     /// Moves an outbox into the ready output, numbering its proposals.

@@ -53,8 +53,6 @@ pub enum GroupError {
     RecordUtf8,
     #[error("record has {0} trailing bytes")]
     RecordTrailing(usize),
-    #[error("response has a field its version lacks")]
-    ResponseEncode,
 }
 
 impl GroupError {
@@ -83,8 +81,7 @@ impl GroupError {
             | GroupError::RecordVersion(_)
             | GroupError::RecordKind(_)
             | GroupError::RecordUtf8
-            | GroupError::RecordTrailing(_)
-            | GroupError::ResponseEncode => ResponseError::UnknownServerError,
+            | GroupError::RecordTrailing(_) => ResponseError::UnknownServerError,
         };
         error.code()
     }

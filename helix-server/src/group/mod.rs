@@ -12,10 +12,6 @@
 //! from the log after a restart or truncation. docs/groups.md describes the
 //! semantics and how the broker drives it.
 
-// The broker's Kafka dispatch does not call the coordinator yet (issue 13
-// wiring, docs/groups.md); until then only the tests use it.
-#![allow(dead_code, unused_imports)]
-
 mod admin;
 mod classic;
 mod config;
@@ -26,20 +22,22 @@ mod offsets;
 mod rebalance;
 mod record;
 mod response;
+pub mod service;
 mod sync;
 mod types;
 mod versions;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;
 
-pub use classic::GroupState;
-pub use config::GroupConfig;
-pub use coordinator::{Coordinator, GroupRequest};
-pub use error::GroupError;
-pub use record::{GroupRecord, MemberRecord, OffsetRecord, Record, decode_entry, encode_entry};
-pub use response::{GroupResponse, Proposal, Ready, Reply};
-pub use types::{
-    ClientInfo, CoordinatorPartition, ProposalId, RequestToken, coordinator_partition_for,
+// What the scenario tests drive, by the names they use.
+#[cfg(test)]
+use {
+    config::GroupConfig,
+    coordinator::{Coordinator, GroupRequest},
+    record::{GroupRecord, Record, encode_entry},
+    response::{GroupResponse, Proposal},
+    types::{ClientInfo, CoordinatorPartition, RequestToken},
+    versions::SUPPORTED_VERSIONS,
 };
-pub use versions::{SUPPORTED_VERSIONS, supported_versions};

@@ -241,20 +241,4 @@ impl ClassicGroup {
             None => self.complete_join(now_ms, out),
         }
     }
-
-    /// The earliest deadline of this group, if any.
-    pub fn next_deadline(&self) -> Option<u64> {
-        let members = self
-            .members
-            .values()
-            .filter(|m| m.awaiting_sync.is_none())
-            .filter_map(|m| {
-                (m.awaiting_join.is_none() || m.is_new).then_some(m.heartbeat_deadline_ms)
-            });
-        members
-            .chain(self.pending_members.values().copied())
-            .chain(self.join_deadline_ms)
-            .chain(self.sync_deadline_ms)
-            .min()
-    }
 }
