@@ -266,9 +266,6 @@ impl ClassicGroup {
         if self.leader.as_deref() == Some(member_id) {
             self.leader = self.members.keys().next().cloned();
         }
-        if self.members.is_empty() {
-            self.protocol_type = None;
-        }
     }
 
     /// The record of the group as it stands (members with their metadata

@@ -105,8 +105,8 @@ impl ClassicGroup {
         }
         self.generation = self.generation.wrapping_add(1).max(1);
         if self.members.is_empty() {
+            // The protocol type stays: an empty consumer group is still one.
             self.protocol_name = None;
-            self.protocol_type = None;
             self.leader = None;
             self.transition(GroupState::Empty, now_ms);
             out.propose(vec![Record::Group(self.to_record(now_ms))], Waiter::Nothing);

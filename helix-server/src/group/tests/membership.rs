@@ -313,3 +313,31 @@ fn pending_member_id_that_never_returns_expires_and_unblocks_the_join() {
     h.advance(SESSION_MS as u64);
     assert_eq!(h.join_response(join_a).generation_id, generation + 1);
 }
+
+#[test]
+fn last_member_leaving_empties_the_group_in_a_new_generation_that_is_stored() {
+    let mut h = Harness::new(config());
+    let (a, generation) = stable_single(&mut h, "g");
+    let entries = h.log.len();
+    assert_eq!(h.leave("g", &a).members[0].error_code, 0);
+    let described = h.describe("g");
+    assert_eq!(described.group_state.as_str(), "Empty");
+    assert_eq!(
+        described.protocol_type.as_str(),
+        "consumer",
+        "an empty consumer group stays one"
+    );
+    assert_eq!(h.log.len(), entries + 1, "the empty generation is recorded");
+    let stored = h
+        .coordinator
+        .shards
+        .values()
+        .find_map(|s| s.groups.get("g"))
+        .and_then(|g| g.stored.clone());
+    let stored = stored.expect("stored record");
+    assert_eq!(
+        (stored.generation, stored.members.len()),
+        (generation + 1, 0)
+    );
+    assert_eq!(h.leave("g", &a).members[0].error_code, UNKNOWN_MEMBER_ID);
+}
