@@ -62,9 +62,13 @@ pub enum PartitionCommand {
         before: i64,
         reply: oneshot::Sender<Result<i64>>,
     },
+    /// Apply retention as of `now_ms`.
     Retention {
-        min_timestamp: Option<i64>,
-        max_bytes: Option<u64>,
+        now_ms: i64,
+    },
+    /// Stop: flush and close the log, then reply.
+    Close {
+        reply: oneshot::Sender<()>,
     },
 }
 

@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup};
+
 use crate::batcher::{Backpressure, BatchLimits};
-use crate::config::Config;
+use crate::config::{Config, WriteDurability};
 use crate::controller::topic_config::{self, EffectiveConfig};
 use crate::controller::{Command, Controller, PRODUCER_ID_BLOCK, validate_topic_name};
 use crate::error::{HelixError, Result};
@@ -41,10 +43,20 @@ struct Admin {
     producer_id_block_end: i64,
 }
 
+/// What every partition log of the node shares.
+#[derive(Debug, Clone)]
+struct LogShared {
+    /// One group commit for every log (fsync mode).
+    sync_group: SyncGroup,
+    /// One cap on mapped sealed segments for every log.
+    file_budget: FileBudget,
+}
+
 /// The broker.
 #[derive(Debug)]
 pub struct Broker {
     pub config: Config,
+    logs: LogShared,
     pub backpressure: Backpressure,
     /// Serialises metadata changes (the controller's single writer).
     admin: tokio::sync::Mutex<Admin>,
@@ -64,13 +76,19 @@ impl Broker {
     pub fn open(config: Config) -> Result<Arc<Broker>> {
         let controller = Controller::open(&config.data_dir.join("controller"))?;
         let cluster_id = cluster_id(&config)?;
+        let logs = LogShared {
+            sync_group: SyncGroup::new(),
+            file_budget: FileBudget::new(FileBudget::DEFAULT_MAX_MAPPED),
+        };
         let mut topics = HashMap::new();
         for (name, record) in &controller.view().topics {
+            let effective = EffectiveConfig::resolve(&record.configs, &config);
             let mut partitions = Vec::new();
             for p in 0..record.partitions {
-                partitions.push(open_partition(&config, name, &record.id, p)?);
+                partitions.push(open_partition(
+                    &config, &logs, name, &record.id, p, &effective,
+                )?);
             }
-            let effective = EffectiveConfig::resolve(&record.configs, &config);
             topics.insert(
                 name.clone(),
                 Arc::new(Topic {
@@ -95,6 +113,7 @@ impl Broker {
             backpressure,
             groups,
             config,
+            logs,
             admin: tokio::sync::Mutex::new(admin),
             topics: RwLock::new(topics),
             cluster_id,
@@ -182,7 +201,14 @@ impl Broker {
         admin.controller.submit(command)?;
         let mut opened = Vec::new();
         for p in 0..partitions {
-            opened.push(open_partition(&self.config, name, &id, p)?);
+            opened.push(open_partition(
+                &self.config,
+                &self.logs,
+                name,
+                &id,
+                p,
+                &effective,
+            )?);
         }
         let topic = Arc::new(Topic {
             name: name.into(),
@@ -198,15 +224,19 @@ impl Broker {
 
     pub async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid> {
         let mut admin = self.admin.lock().await;
-        let id = self
+        let topic = self
             .topic(name)
-            .map(|t| t.id)
             .ok_or(HelixError::UnknownTopicOrPartition)?;
+        let id = topic.id;
         admin
             .controller
             .submit(Command::DeleteTopic { name: name.into() })?;
         if let Ok(mut topics) = self.topics.write() {
             topics.remove(name);
+        }
+        // Stop the partitions before their files go.
+        for p in &topic.partitions {
+            p.close().await;
         }
         let dir = topic_dir(&self.config, &id);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -237,7 +267,14 @@ impl Broker {
         admin.controller.submit(command)?;
         let mut partitions = old.partitions.clone();
         for p in old.partitions.len() as i32..count {
-            partitions.push(open_partition(&self.config, name, &old.id, p)?);
+            partitions.push(open_partition(
+                &self.config,
+                &self.logs,
+                name,
+                &old.id,
+                p,
+                &old.effective,
+            )?);
         }
         self.install(Arc::new(Topic {
             name: old.name.clone(),
@@ -302,10 +339,17 @@ impl Broker {
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
         for t in self.all_topics() {
-            let min_ts = (t.effective.retention_ms >= 0).then(|| now_ms - t.effective.retention_ms);
-            let max_bytes = u64::try_from(t.effective.retention_bytes).ok();
             for p in &t.partitions {
-                p.retention(min_ts, max_bytes);
+                p.retention(now_ms);
+            }
+        }
+    }
+
+    /// Shutdown: every partition flushes and closes its log.
+    pub async fn close_all(&self) {
+        for t in self.all_topics() {
+            for p in &t.partitions {
+                p.close().await;
             }
         }
     }
@@ -323,18 +367,37 @@ fn topic_dir(config: &Config, id: &uuid::Uuid) -> PathBuf {
 
 fn open_partition(
     config: &Config,
+    logs: &LogShared,
     name: &str,
     id: &uuid::Uuid,
     index: i32,
+    effective: &EffectiveConfig,
 ) -> Result<Arc<Partition>> {
     let dir = topic_dir(config, id).join(index.to_string());
+    let log = LogConfig {
+        segment_bytes: u64::try_from(effective.segment_bytes)
+            .unwrap_or(1 << 30)
+            .clamp(1 << 20, helix_wal::MAX_SEGMENT_BYTES),
+        retention_bytes: u64::try_from(effective.retention_bytes).ok(),
+        retention_ms: u64::try_from(effective.retention_ms).ok(),
+        durability: match config.write_durability {
+            WriteDurability::ReplicationOnly => Durability::ReplicationOnly,
+            WriteDurability::Fsync => Durability::Fsync,
+        },
+        sync_group: Some(logs.sync_group.clone()),
+        file_budget: Some(logs.file_budget.clone()),
+        ..LogConfig::default()
+    };
     let settings = PartitionSettings {
+        node_id: config.node_id,
+        // Unique per (topic, partition) on this node.
+        group: (id.as_u64_pair().0 & !0xffff) | (index as u64 & 0xffff),
         batch: BatchLimits {
             linger: config.batch_linger,
             max_bytes: config.batch_max_bytes,
             max_requests: config.batch_max_requests,
         },
-        durability: config.write_durability,
+        log,
     };
     Partition::open(&dir, name, index, settings)
 }

@@ -54,6 +54,32 @@ pub enum HelixError {
     InvalidRequest(String),
     #[error("partition is shutting down")]
     ShuttingDown,
+    #[error("wal: {0}")]
+    Wal(helix_wal::WalError),
+    #[error("raft: {0}")]
+    Raft(#[from] helix_raft::RaftError),
+    #[error("not the leader of this partition")]
+    NotLeader,
+    #[error("too much unapplied data in the partition's raft log")]
+    RaftBackpressure,
+}
+
+impl From<helix_wal::WalError> for HelixError {
+    fn from(e: helix_wal::WalError) -> HelixError {
+        match e {
+            helix_wal::WalError::OffsetOutOfRange { .. } => HelixError::OffsetOutOfRange,
+            other => HelixError::Wal(other),
+        }
+    }
+}
+
+impl From<helix_raft::ProposeError> for HelixError {
+    fn from(e: helix_raft::ProposeError) -> HelixError {
+        match e {
+            helix_raft::ProposeError::Backpressure => HelixError::RaftBackpressure,
+            _ => HelixError::NotLeader,
+        }
+    }
 }
 
 /// The broker's result type.
@@ -90,7 +116,10 @@ impl HelixError {
             // producer (a RetriableException); see docs/adr/0011.
             HelixError::Timeout(_) => ResponseError::RequestTimedOut,
             HelixError::InvalidRequest(_) => ResponseError::InvalidRequest,
-            HelixError::ShuttingDown => ResponseError::NotLeaderOrFollower,
+            HelixError::ShuttingDown | HelixError::NotLeader => ResponseError::NotLeaderOrFollower,
+            HelixError::Wal(_) => ResponseError::KafkaStorageError,
+            HelixError::Raft(_) => ResponseError::UnknownServerError,
+            HelixError::RaftBackpressure => ResponseError::RequestTimedOut,
         };
         e.code()
     }

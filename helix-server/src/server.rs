@@ -108,6 +108,7 @@ pub async fn run(config: Config) -> Result<()> {
         tracing::warn!("connections still busy after the grace period; closing them");
         connections.abort_all();
     }
+    broker.close_all().await;
     tracing::info!("produce-path latency by stage:\n{}", metrics().summary());
     Ok(())
 }

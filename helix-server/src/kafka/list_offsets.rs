@@ -11,7 +11,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use crate::broker::Broker;
 use crate::error::HelixError;
 use crate::partition::Partition;
-use crate::partition::batch::first_offset_at_or_after;
+use crate::partition::batch::{BatchHeader, first_offset_at_or_after};
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -55,22 +55,26 @@ fn lookup(p: &Partition, timestamp: i64) -> Result<(i64, i64), HelixError> {
         LATEST | LATEST_TIERED => Ok((hw, -1)),
         EARLIEST | EARLIEST_LOCAL => Ok((p.log_start_offset(), -1)),
         MAX_TIMESTAMP => Ok(p
-            .reader()
             .max_timestamp()
             .filter(|(o, _)| *o < hw)
             .unwrap_or((-1, -1))),
         ts if ts >= 0 => {
-            let Some((base, _)) = p.reader().offset_for_timestamp(ts) else {
+            let Some(base) = p.reader().offset_for_timestamp(ts)? else {
                 return Ok((-1, -1));
             };
             if base >= hw {
                 return Ok((-1, -1));
             }
             // The batch may start before the first matching record: look
-            // inside it for the exact record.
+            // inside it for the exact record. A compressed batch answers
+            // with the batch (clients skip the earlier records it holds).
             let batch = p.read(base, 1)?;
-            let found = first_offset_at_or_after(&batch, ts).unwrap_or((base, ts));
-            Ok(if found.0 < hw { found } else { (-1, -1) })
+            let found = first_offset_at_or_after(&batch, ts).or_else(|| {
+                BatchHeader::parse(&batch)
+                    .ok()
+                    .map(|h| (h.base_offset, h.max_timestamp))
+            });
+            Ok(found.filter(|(o, _)| *o < hw).unwrap_or((-1, -1)))
         }
         _ => Err(HelixError::InvalidRequest(format!("timestamp {timestamp}"))),
     }

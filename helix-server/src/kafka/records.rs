@@ -96,9 +96,15 @@ pub fn offset_for_leader_epoch(
                         r.leader_epoch = current;
                         r.end_offset = part.high_watermark();
                     } else {
-                        let (epoch, end) = part.reader().end_offset_for_epoch(p.leader_epoch);
-                        r.leader_epoch = epoch;
-                        r.end_offset = end.min(part.high_watermark());
+                        let asked = u64::try_from(p.leader_epoch).unwrap_or(0);
+                        match part.reader().end_offset_for_term(asked) {
+                            Ok(Some(end)) => {
+                                r.leader_epoch = i32::try_from(end.term).unwrap_or(i32::MAX);
+                                r.end_offset = end.end_offset.min(part.high_watermark());
+                            }
+                            Ok(None) => {}
+                            Err(e) => r.error_code = HelixError::from(e).kafka_code(),
+                        }
                     }
                 }
             }

@@ -6,10 +6,11 @@
 //! log), so every replica writes byte-identical batches at identical offsets.
 
 use bytes::{Bytes, BytesMut};
+use helix_wal::{PartitionLog, RaftPosition, patch_batch_header};
 
-use super::batch::{BatchHeader, patch_header};
+use super::batch::BatchHeader;
 use super::producers::{ProducerTable, SequenceCheck};
-use super::store::PartitionLog;
+use super::scan::MaxTimestamp;
 use crate::error::{HelixError, Result};
 
 /// The outcome of one request of an entry.
@@ -27,14 +28,20 @@ pub enum Applied {
     Rejected(HelixError),
 }
 
-/// Applies one produce entry and returns one outcome per request.
+/// Applies one produce entry (Raft position `pos`) and returns one outcome
+/// per request. The entry is appended even when every request was
+/// rejected, so the WAL's entry index has no holes. `max_ts` is raised to
+/// the largest timestamp appended.
 pub fn apply_produce(
     log: &mut PartitionLog,
     producers: &mut ProducerTable,
-    term: i32,
+    pos: RaftPosition,
     lengths: &[u32],
     data: Bytes,
+    max_ts: &mut MaxTimestamp,
 ) -> Result<Vec<Applied>> {
+    let term =
+        i32::try_from(pos.term).map_err(|_| HelixError::CorruptState("term above i32".into()))?;
     let mut buf: BytesMut = data
         .try_into_mut()
         .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
@@ -44,22 +51,21 @@ pub fn apply_produce(
     let mut start = 0usize;
     for len in lengths {
         let end = start + *len as usize;
-        let outcome = apply_request(&mut buf[start..end], producers, term, &mut next);
+        let outcome = apply_request(&mut buf[start..end], producers, term, &mut next, max_ts);
         if matches!(outcome, Applied::Appended { .. }) {
             accepted.push((start, end));
         }
         outcomes.push(outcome);
         start = end;
     }
-    let all = accepted.len() == lengths.len();
-    if all {
-        log.append(&buf)?;
-    } else if !accepted.is_empty() {
+    if accepted.len() == lengths.len() {
+        log.append(pos, &buf)?;
+    } else {
         let mut out = Vec::with_capacity(accepted.iter().map(|(s, e)| e - s).sum());
         for (s, e) in accepted {
             out.extend_from_slice(&buf[s..e]);
         }
-        log.append(&out)?;
+        log.append(pos, &out)?;
     }
     Ok(outcomes)
 }
@@ -69,6 +75,7 @@ fn apply_request(
     producers: &mut ProducerTable,
     term: i32,
     next: &mut i64,
+    max_ts: &mut MaxTimestamp,
 ) -> Applied {
     let mut headers = Vec::new();
     let mut pos = 0usize;
@@ -101,8 +108,15 @@ fn apply_request(
     let base_offset = *next;
     let mut pos = 0usize;
     for h in &headers {
-        patch_header(&mut batches[pos..pos + h.size], *next, term);
+        if let Err(e) = patch_batch_header(&mut batches[pos..pos + h.size], *next, term) {
+            // Unreachable for a parsed header; refuse rather than write.
+            return Applied::Rejected(HelixError::CorruptBatch(e.to_string()));
+        }
         producers.record(h, *next);
+        let last = *next + i64::from(h.last_offset_delta);
+        if max_ts.is_none_or(|(_, ts)| h.max_timestamp > ts) {
+            *max_ts = Some((last, h.max_timestamp));
+        }
         *next += i64::from(h.record_count);
         pos += h.size;
     }
@@ -114,6 +128,7 @@ mod tests {
     use super::*;
     use crate::partition::batch::tests::make_batch;
     use crate::partition::entry::{PartitionEntry, decode, encode_produce};
+    use helix_wal::LogConfig;
 
     fn entry(reqs: &[Vec<Bytes>]) -> (Vec<u32>, Bytes) {
         match decode(encode_produce(reqs.iter().map(Vec::as_slice))).expect("decode") {
@@ -122,36 +137,51 @@ mod tests {
         }
     }
 
+    fn at(index: u64) -> RaftPosition {
+        RaftPosition { term: 4, index }
+    }
+
     #[test]
     fn offsets_are_assigned_per_request_and_a_retry_is_a_duplicate() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (mut log, _) = PartitionLog::open(dir.path()).expect("open");
+        let (mut log, _) = PartitionLog::open(dir.path(), LogConfig::default()).expect("open");
         let mut producers = ProducerTable::default();
+        let mut max_ts = None;
         let a = make_batch(&[b"1", b"2"], 3, 0, 0);
-        let b = make_batch(&[b"3"], -1, -1, 0);
+        let b = make_batch(&[b"3"], -1, -1, 500);
         let (lengths, data) = entry(&[vec![a.clone()], vec![b]]);
-        let out = apply_produce(&mut log, &mut producers, 4, &lengths, data).expect("apply");
+        let out = apply_produce(&mut log, &mut producers, at(1), &lengths, data, &mut max_ts)
+            .expect("apply");
         assert!(matches!(out[0], Applied::Appended { base_offset: 0 }));
         assert!(matches!(out[1], Applied::Appended { base_offset: 2 }));
         assert_eq!(log.next_offset(), 3);
+        assert_eq!(max_ts, Some((2, 500)));
         let (lengths, data) = entry(&[vec![a]]);
-        let out = apply_produce(&mut log, &mut producers, 4, &lengths, data).expect("apply");
+        let out = apply_produce(&mut log, &mut producers, at(2), &lengths, data, &mut max_ts)
+            .expect("apply");
         assert!(matches!(out[0], Applied::Duplicate { base_offset: 0 }));
         assert_eq!(log.next_offset(), 3, "a duplicate is not appended");
-        let stored = log.reader().headers().expect("headers");
-        assert_eq!(stored[0].leader_epoch, 4);
-        assert_eq!(stored[1].base_offset, 2);
+        assert_eq!(
+            log.last_position(),
+            Some(at(2)),
+            "but its entry is recorded"
+        );
+        let read = log.reader().read(0, 1 << 20).expect("read");
+        let first = BatchHeader::parse(&read.bytes).expect("header");
+        assert_eq!(first.leader_epoch, 4);
+        assert_eq!(first.base_offset, 0);
     }
 
     #[test]
     fn an_out_of_order_request_is_rejected_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (mut log, _) = PartitionLog::open(dir.path()).expect("open");
+        let (mut log, _) = PartitionLog::open(dir.path(), LogConfig::default()).expect("open");
         let mut producers = ProducerTable::default();
         let gap = make_batch(&[b"x"], 8, 5, 0);
         let ok = make_batch(&[b"y"], -1, -1, 0);
         let (lengths, data) = entry(&[vec![gap], vec![ok]]);
-        let out = apply_produce(&mut log, &mut producers, 1, &lengths, data).expect("apply");
+        let out = apply_produce(&mut log, &mut producers, at(1), &lengths, data, &mut None)
+            .expect("apply");
         assert!(matches!(
             out[0],
             Applied::Rejected(HelixError::OutOfOrderSequence { .. })

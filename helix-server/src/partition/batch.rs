@@ -241,13 +241,6 @@ fn read_varlong(b: &[u8]) -> Option<(i64, usize)> {
     None
 }
 
-/// Writes the broker-assigned base offset and the leader epoch (Raft term).
-pub fn patch_header(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
-    debug_assert!(batch.len() >= HEADER_LEN);
-    batch[0..8].copy_from_slice(&base_offset.to_be_bytes());
-    batch[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
-}
-
 fn be_i16(b: &[u8], at: usize) -> i16 {
     i16::from_be_bytes([b[at], b[at + 1]])
 }
@@ -381,7 +374,7 @@ pub(crate) mod tests {
     #[test]
     fn a_timestamp_lookup_finds_the_record_inside_the_batch() {
         let mut raw = make_batch(&[b"a", b"b", b"c"], -1, -1, 1000).to_vec();
-        patch_header(&mut raw, 50, 1);
+        helix_wal::patch_batch_header(&mut raw, 50, 1).expect("patch");
         assert_eq!(first_offset_at_or_after(&raw, 1005), Some((51, 1010)));
         assert_eq!(first_offset_at_or_after(&raw, 0), Some((50, 1000)));
         assert_eq!(first_offset_at_or_after(&raw, 1021), None);
@@ -390,7 +383,7 @@ pub(crate) mod tests {
     #[test]
     fn patching_keeps_the_crc_valid() {
         let mut raw = make_batch(&[b"abc"], -1, -1, 0).to_vec();
-        patch_header(&mut raw, 12345, 9);
+        helix_wal::patch_batch_header(&mut raw, 12345, 9).expect("patch");
         let v = validate(&Bytes::from(raw), 1 << 20).expect("still valid");
         assert_eq!(hdr(&v[0]).base_offset, 12345);
         assert_eq!(hdr(&v[0]).leader_epoch, 9);

@@ -1,38 +1,41 @@
-//! A partition: its log, its (one-voter for now) Raft group, its batcher and
-//! the worker task that drives them. Connections talk to a partition only
-//! through [`Partition`]: produce requests go in through the batcher's
-//! channel; reads go straight to the log reader, bounded by the high
-//! watermark (the acknowledged offset).
+//! A partition: its WAL (helix-wal), its Raft group (helix-raft, one voter
+//! on a single node), its batcher and the worker task that drives them.
+//! Connections talk to a partition only through [`Partition`]: produce
+//! requests go in through the batcher's channel; reads go straight to the
+//! WAL reader, bounded by the high watermark (the acknowledged offset).
 
 pub mod apply;
 pub mod batch;
 pub mod entry;
 pub mod producers;
 pub mod raft;
-pub mod store;
+pub mod scan;
 mod worker;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use helix_wal::{LogConfig, LogReader, PartitionLog};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::batcher::{BatchLimits, Batcher, PartitionCommand, PendingProduce};
-use crate::config::WriteDurability;
 use crate::error::{HelixError, Result};
-use producers::ProducerTable;
-use store::{LogReader, PartitionLog};
+use batch::BatchHeader;
+use scan::MaxTimestamp;
 
 /// Requests queued to one partition's worker before senders wait. The
 /// node-wide backpressure limit is what really bounds memory.
 const COMMAND_QUEUE: usize = 4096;
 
-/// How a partition's worker runs.
-#[derive(Debug, Clone, Copy)]
+/// How a partition is opened.
+#[derive(Debug, Clone)]
 pub struct PartitionSettings {
+    pub node_id: i32,
+    /// Raft group id of this partition (unique on the node).
+    pub group: u64,
     pub batch: BatchLimits,
-    pub durability: WriteDurability,
+    pub log: LogConfig,
 }
 
 /// The shared handle of one partition.
@@ -43,40 +46,53 @@ pub struct Partition {
     reader: LogReader,
     high_watermark: watch::Receiver<i64>,
     leader_epoch: i32,
+    max_timestamp: Arc<Mutex<MaxTimestamp>>,
 }
 
 impl Partition {
-    /// Opens the partition stored in `dir`, recovers it and starts its worker.
+    /// Opens the partition stored in `dir` (WAL in `dir/wal`, Raft vote in
+    /// `dir`), recovers it, elects this node and starts its worker.
     pub fn open(
         dir: &Path,
         topic: &str,
         index: i32,
         settings: PartitionSettings,
     ) -> Result<Arc<Partition>> {
-        let (log, recovery) = PartitionLog::open(dir)?;
+        std::fs::create_dir_all(dir)?;
+        let (log, recovery) = PartitionLog::open(&dir.join("wal"), settings.log.clone())?;
         let reader = log.reader();
-        let producers = ProducerTable::rebuild(&reader.headers()?);
-        let group = raft::OneVoterGroup::start(dir, recovery.last_epoch.max(0) as u64)?;
+        let (producers, max_ts) = scan::rebuild(&reader, recovery.next_offset)?;
+        let hard_state_file = raft::HardStateFile::new(dir);
+        let group = raft::start_group(
+            settings.node_id,
+            settings.group,
+            hard_state_file.load()?,
+            recovery.last_position,
+        )?;
         let leader_epoch = i32::try_from(group.term().0)
             .map_err(|_| HelixError::CorruptState("raft term above i32".into()))?;
-        let (hw_tx, hw_rx) = watch::channel(recovery.next_offset);
-        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         tracing::debug!(
             topic,
             index,
             next_offset = recovery.next_offset,
             log_start_offset = recovery.log_start_offset,
+            leader_epoch,
             "opened partition"
         );
-        if recovery.truncated_bytes > 0 {
-            tracing::warn!(
-                topic,
-                index,
-                bytes = recovery.truncated_bytes,
-                "recovered a torn log tail"
-            );
-        }
-        let state = worker::WorkerState::new(log, group, producers, hw_tx, settings.durability);
+        // Until the new term's no-op is acknowledged (in the first drive
+        // below) consumers see what the restored WAL holds durably.
+        let (hw_tx, hw_rx) = watch::channel(recovery.next_offset);
+        let max_timestamp = Arc::new(Mutex::new(max_ts));
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let mut state = worker::WorkerState::new(
+            log,
+            group,
+            hard_state_file,
+            producers,
+            hw_tx,
+            max_timestamp.clone(),
+        );
+        state.drive()?;
         tokio::spawn(worker::run(Batcher::new(rx, settings.batch), state));
         Ok(Arc::new(Partition {
             index,
@@ -84,6 +100,7 @@ impl Partition {
             reader,
             high_watermark: hw_rx,
             leader_epoch,
+            max_timestamp,
         }))
     }
 
@@ -106,11 +123,24 @@ impl Partition {
     }
 
     /// Asks the worker to apply retention (fire and forget).
-    pub fn retention(&self, min_timestamp: Option<i64>, max_bytes: Option<u64>) {
-        let _ = self.commands.try_send(PartitionCommand::Retention {
-            min_timestamp,
-            max_bytes,
-        });
+    pub fn retention(&self, now_ms: i64) {
+        let _ = self
+            .commands
+            .try_send(PartitionCommand::Retention { now_ms });
+    }
+
+    /// Stops the worker after what is queued before this call, flushing and
+    /// closing the log.
+    pub async fn close(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self
+            .commands
+            .send(PartitionCommand::Close { reply })
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
     }
 
     /// The acknowledged end: what consumers may read, exclusive.
@@ -132,14 +162,36 @@ impl Partition {
         self.leader_epoch
     }
 
-    /// Batches from `from` up to the high watermark, at most `max_bytes`
-    /// (but at least one whole batch).
+    /// (last offset, timestamp) of the batch with the largest timestamp.
+    pub fn max_timestamp(&self) -> MaxTimestamp {
+        self.max_timestamp.lock().ok().and_then(|m| *m)
+    }
+
+    /// Whole batches from `from`, at most `max_bytes` (at least one batch),
+    /// never past the high watermark. The bytes are the WAL's own slices.
     pub fn read(&self, from: i64, max_bytes: usize) -> Result<Bytes> {
         let hw = self.high_watermark();
         if from < self.log_start_offset() || from > hw {
             return Err(HelixError::OffsetOutOfRange);
         }
-        self.reader.read(from, hw, max_bytes)
+        if from == hw {
+            return Ok(Bytes::new());
+        }
+        let read = self.reader.read(from, max_bytes)?;
+        if read.next_offset <= hw {
+            return Ok(read.bytes);
+        }
+        // The read reached applied but unacknowledged batches: cut them off
+        // at a batch boundary (a slice, no copy).
+        let mut end = 0usize;
+        while end < read.bytes.len() {
+            let h = BatchHeader::parse(&read.bytes[end..])?;
+            if h.base_offset >= hw {
+                break;
+            }
+            end += h.size;
+        }
+        Ok(read.bytes.slice(..end))
     }
 
     pub fn reader(&self) -> &LogReader {

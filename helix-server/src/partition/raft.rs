@@ -1,109 +1,83 @@
-//! Interim one-voter Raft driver (see docs/adr/0010) with the shape of
-//! helix-raft's `RaftGroup` contract: `propose` → `ready()` (entries to apply,
-//! acknowledged index) → host appends to its WAL → `durable_to(index)`.
+//! The partition's Raft group (helix-raft) and its persisted vote.
 //!
-//! With one voter, an entry is committed as soon as it is proposed and
-//! acknowledged once the host reports it durable. The term is bumped at every
-//! start (an election won alone) and persisted, so leader epochs in the log
-//! grow across restarts as they will with real elections.
+//! The group is restored from the WAL's last Raft position and the
+//! persisted `(term, voted_for)`; a single node runs it as a one-voter group,
+//! which elects itself at once and appends a no-op of its new term (that
+//! entry is what lets the acknowledged index move, see DESIGN.md).
 
-use std::collections::VecDeque;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
+use helix_raft::{GroupId, HardState, LogIndex, NodeId, RaftConfig, RaftGroup, Restored, Term};
+use helix_wal::RaftPosition;
 
 use crate::error::{HelixError, Result};
 
-/// A Raft term (= Kafka leader epoch).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct Term(pub u64);
-
-/// A position in the group's Raft log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct LogIndex(pub u64);
-
-/// A committed entry the host must apply.
+/// The persisted vote of one group: `term voted_for` in a small file,
+/// replaced atomically and fsynced before anything depends on it.
 #[derive(Debug)]
-pub struct Entry {
-    pub term: Term,
-    pub index: LogIndex,
-    pub data: Bytes,
+pub struct HardStateFile {
+    path: PathBuf,
 }
 
-/// What the host must do next.
-#[derive(Debug, Default)]
-pub struct Ready {
-    /// Committed entries, in index order: apply each (append to the WAL).
-    pub to_apply: Vec<Entry>,
-    /// Every proposal up to here may be answered.
-    pub acknowledged: LogIndex,
-}
+impl HardStateFile {
+    pub fn new(dir: &Path) -> HardStateFile {
+        HardStateFile {
+            path: dir.join("raft-hard-state"),
+        }
+    }
 
-/// A Raft group with exactly one voter: this node.
-#[derive(Debug)]
-pub struct OneVoterGroup {
-    term: Term,
-    last_index: LogIndex,
-    durable: LogIndex,
-    unapplied: VecDeque<Entry>,
-}
-
-const TERM_FILE: &str = "raft-term";
-
-impl OneVoterGroup {
-    /// Starts the group in `dir`, winning an election at a term above every
-    /// term seen before (`last_log_term` is the WAL's last epoch).
-    pub fn start(dir: &Path, last_log_term: u64) -> Result<OneVoterGroup> {
-        let path = dir.join(TERM_FILE);
-        let stored = match std::fs::read_to_string(&path) {
-            Ok(s) => s
-                .trim()
-                .parse::<u64>()
-                .map_err(|e| HelixError::CorruptState(format!("{}: {e}", path.display())))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+    pub fn load(&self) -> Result<HardState> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HardState::default()),
             Err(e) => return Err(e.into()),
         };
-        let term = Term(stored.max(last_log_term) + 1);
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, term.0.to_string())?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
-        Ok(OneVoterGroup {
-            term,
-            last_index: LogIndex(0),
-            durable: LogIndex(0),
-            unapplied: VecDeque::new(),
+        let bad = || HelixError::CorruptState(format!("{}: {text:?}", self.path.display()));
+        let mut parts = text.split_whitespace();
+        let term: u64 = parts.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
+        let voted: u64 = parts.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
+        Ok(HardState {
+            term: Term(term),
+            voted_for: (voted != 0).then_some(NodeId(voted)),
         })
     }
 
-    pub fn term(&self) -> Term {
-        self.term
-    }
-
-    /// Appends a proposal to the (in-memory) Raft log; with one voter it is
-    /// committed at once.
-    pub fn propose(&mut self, data: Bytes) -> LogIndex {
-        self.last_index = LogIndex(self.last_index.0 + 1);
-        self.unapplied.push_back(Entry {
-            term: self.term,
-            index: self.last_index,
-            data,
-        });
-        self.last_index
-    }
-
-    /// The host's WAL now holds every entry up to `index` durably.
-    pub fn durable_to(&mut self, index: LogIndex) {
-        debug_assert!(index <= self.last_index);
-        self.durable = self.durable.max(index);
-    }
-
-    pub fn ready(&mut self) -> Ready {
-        Ready {
-            to_apply: self.unapplied.drain(..).collect(),
-            acknowledged: self.durable,
+    pub fn store(&self, hs: HardState) -> Result<()> {
+        let tmp = self.path.with_extension("tmp");
+        let text = format!("{} {}\n", hs.term.0, hs.voted_for.map_or(0, |n| n.0));
+        std::fs::write(&tmp, text)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
         }
+        Ok(())
     }
+}
+
+/// Builds the group of a partition from its vote and WAL end, and makes
+/// this node its leader (one voter).
+pub fn start_group(
+    node: i32,
+    group: u64,
+    hard_state: HardState,
+    wal_last: Option<RaftPosition>,
+) -> Result<RaftGroup> {
+    let node = NodeId(
+        u64::try_from(node).map_err(|_| HelixError::Config("node id must be positive".into()))?,
+    );
+    let cfg = RaftConfig::new(node, vec![node]);
+    let restored = Restored {
+        hard_state,
+        wal_last: wal_last.map(|p| (LogIndex(p.index), Term(p.term))),
+        // A one-voter group may leave the term starts empty; a replicated
+        // group will need them from the WAL's entry index.
+        wal_term_starts: Vec::new(),
+        seed: group ^ node.0,
+    };
+    let mut g = RaftGroup::new(GroupId(group), cfg, restored)?;
+    g.campaign();
+    Ok(g)
 }
 
 #[cfg(test)]
@@ -111,32 +85,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proposals_commit_at_once_and_are_acknowledged_when_durable() {
+    fn the_vote_survives_a_restart() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut g = OneVoterGroup::start(dir.path(), 0).expect("start");
-        assert_eq!(g.term(), Term(1));
-        let i = g.propose(Bytes::from_static(b"x"));
-        let r = g.ready();
-        assert_eq!(r.to_apply.len(), 1);
-        assert_eq!(r.acknowledged, LogIndex(0));
-        g.durable_to(i);
-        assert_eq!(g.ready().acknowledged, i);
+        let f = HardStateFile::new(dir.path());
+        assert_eq!(f.load().expect("empty"), HardState::default());
+        let hs = HardState {
+            term: Term(4),
+            voted_for: Some(NodeId(1)),
+        };
+        f.store(hs).expect("store");
+        assert_eq!(HardStateFile::new(dir.path()).load().expect("load"), hs);
     }
 
     #[test]
-    fn every_restart_is_a_new_term_above_the_log() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        assert_eq!(
-            OneVoterGroup::start(dir.path(), 0).expect("start").term(),
-            Term(1)
-        );
-        assert_eq!(
-            OneVoterGroup::start(dir.path(), 0).expect("start").term(),
-            Term(2)
-        );
-        assert_eq!(
-            OneVoterGroup::start(dir.path(), 9).expect("start").term(),
-            Term(10)
-        );
+    fn a_restarted_one_voter_group_leads_at_a_higher_term() {
+        let g = start_group(
+            1,
+            9,
+            HardState::default(),
+            Some(RaftPosition { term: 3, index: 10 }),
+        )
+        .expect("group");
+        assert_eq!(g.role(), helix_raft::Role::Leader);
+        assert_eq!(g.term(), Term(4));
     }
 }

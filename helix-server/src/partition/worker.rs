@@ -1,21 +1,24 @@
-//! The task that owns a partition's log and Raft group: takes batches from
-//! the batcher, proposes them, applies what Raft commits, reports the WAL
-//! end as durable, and answers requests up to the acknowledged index.
+//! The task that owns a partition's WAL and Raft group: takes batches from
+//! the batcher, proposes them, applies what Raft commits (appends to the
+//! WAL), reports the WAL end as durable (after the group-committed fsync in
+//! fsync mode), and answers requests up to the acknowledged index.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use helix_raft::{EntryKind, LogIndex, RaftGroup};
+use helix_wal::{Durability, PartitionLog, RaftPosition};
 use tokio::sync::{oneshot, watch};
 
 use super::apply::{Applied, apply_produce};
 use super::entry::{self, PartitionEntry};
 use super::producers::ProducerTable;
-use super::raft::{LogIndex, OneVoterGroup};
-use super::store::PartitionLog;
+use super::raft::HardStateFile;
+use super::scan::MaxTimestamp;
 use crate::batcher::{
     Batcher, PartitionCommand, PendingProduce, ProduceAck, ProduceOutcome, Room, Work,
 };
-use crate::config::WriteDurability;
 use crate::error::{HelixError, Result};
 use crate::metrics::{Metrics, Stage, metrics};
 
@@ -36,15 +39,17 @@ struct Unacked {
     /// Each answer keeps its request's backpressure room until it is sent.
     answers: Vec<(oneshot::Sender<ProduceOutcome>, ProduceOutcome, Room)>,
     delete_reply: Option<(oneshot::Sender<Result<i64>>, Result<i64>)>,
-    proposed_at: Instant,
+    proposed_at: Option<Instant>,
 }
 
 pub(super) struct WorkerState {
     log: PartitionLog,
-    group: OneVoterGroup,
+    group: RaftGroup,
+    hard_state: HardStateFile,
     producers: ProducerTable,
     high_watermark: watch::Sender<i64>,
-    durability: WriteDurability,
+    max_timestamp: Arc<Mutex<MaxTimestamp>>,
+    /// Proposed entries in index order with who waits for them.
     waiting: VecDeque<(LogIndex, Waiter, Instant)>,
     unacked: VecDeque<Unacked>,
 }
@@ -53,41 +58,56 @@ pub(super) async fn run(mut batcher: Batcher, mut state: WorkerState) {
     while let Some(work) = batcher.next().await {
         match work {
             Work::Produce(batch) => state.propose_produce(batch),
+            Work::Control(PartitionCommand::Produce(p)) => state.propose_produce(vec![p]),
             Work::Control(PartitionCommand::DeleteRecords { before, reply }) => {
-                let index = state.group.propose(entry::encode_delete_records(before));
-                state
-                    .waiting
-                    .push_back((index, Waiter::DeleteRecords(reply), Instant::now()));
-            }
-            Work::Control(PartitionCommand::Retention {
-                min_timestamp,
-                max_bytes,
-            }) => {
-                if let Err(e) = state.log.apply_retention(min_timestamp, max_bytes) {
-                    tracing::warn!(error = %e, "retention failed");
+                match state.group.propose(entry::encode_delete_records(before)) {
+                    Ok(index) => state.waiting.push_back((
+                        index,
+                        Waiter::DeleteRecords(reply),
+                        Instant::now(),
+                    )),
+                    Err(e) => {
+                        let _ = reply.send(Err(e.into()));
+                    }
                 }
+            }
+            Work::Control(PartitionCommand::Close { reply }) => {
+                state.fail_all(&HelixError::ShuttingDown);
+                if let Err(e) = state.log.close() {
+                    tracing::warn!(error = %e, "closing the log failed");
+                }
+                let _ = reply.send(());
+                return;
+            }
+            Work::Control(PartitionCommand::Retention { now_ms }) => {
+                state.retention(now_ms);
                 continue;
             }
-            Work::Control(PartitionCommand::Produce(p)) => state.propose_produce(vec![p]),
         }
-        state.drive();
+        if let Err(e) = state.drive() {
+            tracing::error!(error = %e, "partition worker stopped");
+            state.fail_all(&e);
+            return;
+        }
     }
 }
 
 impl WorkerState {
     pub(super) fn new(
         log: PartitionLog,
-        group: OneVoterGroup,
+        group: RaftGroup,
+        hard_state: HardStateFile,
         producers: ProducerTable,
         high_watermark: watch::Sender<i64>,
-        durability: WriteDurability,
+        max_timestamp: Arc<Mutex<MaxTimestamp>>,
     ) -> WorkerState {
         WorkerState {
             log,
             group,
+            hard_state,
             producers,
             high_watermark,
-            durability,
+            max_timestamp,
             waiting: VecDeque::new(),
             unacked: VecDeque::new(),
         }
@@ -100,113 +120,188 @@ impl WorkerState {
             m.record(Stage::BatcherQueueWait, now.duration_since(p.enqueued));
         }
         let data = entry::encode_produce(batch.iter().map(|p| p.batches.as_slice()));
-        let index = self.group.propose(data);
-        Metrics::count(&m.counters.raft_entries, 1);
-        self.waiting.push_back((index, Waiter::Produce(batch), now));
+        match self.group.propose(data) {
+            Ok(index) => {
+                Metrics::count(&m.counters.raft_entries, 1);
+                self.waiting.push_back((index, Waiter::Produce(batch), now));
+            }
+            Err(e) => {
+                let err: HelixError = e.into();
+                for p in batch {
+                    if let Some(reply) = p.reply {
+                        let _ = reply.send(Err(copy_error(&err)));
+                    }
+                }
+            }
+        }
     }
 
-    /// Applies what Raft committed, reports durability, answers what is
-    /// acknowledged.
-    fn drive(&mut self) {
+    /// Does what the Raft group asks, in the order `Ready` documents, until
+    /// it has nothing more. An error here means the WAL cannot be trusted
+    /// any more: the partition stops.
+    pub(super) fn drive(&mut self) -> Result<()> {
         let m = metrics();
-        let ready = self.group.ready();
-        let mut last_applied = None;
-        for e in ready.to_apply {
-            let Some((index, waiter, proposed_at)) = self.waiting.pop_front() else {
-                tracing::error!("committed entry without a waiter");
-                continue;
-            };
-            debug_assert_eq!(index, e.index);
-            m.record(Stage::RaftCommit, proposed_at.elapsed());
-            let term = i32::try_from(e.term.0).unwrap_or(i32::MAX);
-            let started = Instant::now();
-            let applied = entry::decode(e.data).and_then(|decoded| match decoded {
-                PartitionEntry::Produce { lengths, data } => {
-                    apply_produce(&mut self.log, &mut self.producers, term, &lengths, data)
-                        .map(Some)
-                }
-                PartitionEntry::DeleteRecords { before } => {
-                    self.log.delete_records_before(before).map(|_| None)
-                }
-            });
-            m.record(Stage::WalAppend, started.elapsed());
-            let log_start = self.log.reader().log_start_offset();
-            let mut unacked = Unacked {
-                index: e.index,
-                end_offset: self.log.next_offset(),
-                answers: Vec::new(),
-                delete_reply: None,
-                proposed_at,
-            };
-            match (waiter, applied) {
-                (Waiter::Produce(requests), Ok(Some(outcomes))) => {
-                    for (p, outcome) in requests.into_iter().zip(outcomes) {
-                        let answer = match outcome {
-                            Applied::Appended { base_offset } => Ok(ProduceAck {
-                                base_offset,
-                                log_start_offset: log_start,
-                                duplicate: false,
-                            }),
-                            Applied::Duplicate { base_offset } => Ok(ProduceAck {
-                                base_offset,
-                                log_start_offset: log_start,
-                                duplicate: true,
-                            }),
-                            Applied::Rejected(err) => Err(err),
-                        };
-                        self.answer_or_hold(p, answer, &mut unacked);
-                    }
-                }
-                (Waiter::Produce(requests), Err(err)) => {
-                    tracing::error!(error = %err, "applying a produce entry failed");
-                    for p in requests {
-                        let answer = Err(HelixError::Io(std::io::Error::other(err.to_string())));
-                        self.answer_or_hold(p, answer, &mut unacked);
-                    }
-                }
-                (Waiter::DeleteRecords(reply), result) => {
-                    let result = result.map(|_| self.log.reader().log_start_offset());
-                    unacked.delete_reply = Some((reply, result));
-                }
-                (Waiter::Produce(requests), Ok(None)) => {
-                    for p in requests {
-                        let answer = Err(HelixError::CorruptState("entry kind changed".into()));
-                        self.answer_or_hold(p, answer, &mut unacked);
-                    }
-                }
+        loop {
+            let ready = self.group.ready();
+            if let Some(hs) = ready.hard_state {
+                self.hard_state.store(hs)?;
             }
-            self.unacked.push_back(unacked);
-            last_applied = Some(e.index);
-        }
-        let Some(last_applied) = last_applied else {
-            return;
-        };
-        if self.durability == WriteDurability::Fsync {
-            let started = Instant::now();
-            let synced = tokio::task::block_in_place(|| self.log.sync());
-            m.record(Stage::Fsync, started.elapsed());
-            if let Err(e) = synced {
-                // Not durable: never acknowledge. The requests time out in
-                // their connections and the producer retries.
-                tracing::error!(error = %e, "fsync failed; entries stay unacknowledged");
-                return;
+            if let Some(after) = ready.truncate_wal_after {
+                // Only a follower truncates; a one-voter group never does.
+                return Err(HelixError::CorruptState(format!(
+                    "unexpected WAL truncation after {}",
+                    after.0
+                )));
+            }
+            let mut last_applied = None;
+            for e in ready.to_apply {
+                let pos = RaftPosition {
+                    term: e.term.0,
+                    index: e.index.0,
+                };
+                let proposed_at = self.take_waiter_time(e.index);
+                if let Some(at) = proposed_at {
+                    m.record(Stage::RaftCommit, at.elapsed());
+                }
+                let started = Instant::now();
+                let waiter = match e.kind {
+                    EntryKind::Noop => {
+                        self.log.append(pos, &[])?;
+                        None
+                    }
+                    EntryKind::Normal => Some(self.apply_normal(pos, e.data)?),
+                };
+                m.record(Stage::WalAppend, started.elapsed());
+                let unacked = self.settle(e.index, waiter, proposed_at);
+                self.unacked.push_back(unacked);
+                last_applied = Some(e.index);
+            }
+            if let Some(last) = last_applied {
+                if self.log.config().durability == Durability::Fsync {
+                    let started = Instant::now();
+                    tokio::task::block_in_place(|| self.log.sync())?;
+                    m.record(Stage::Fsync, started.elapsed());
+                }
+                let durable = self
+                    .log
+                    .durable_position()
+                    .map_or(LogIndex(0), |p| LogIndex(p.index));
+                self.group.durable_to(durable.min(last))?;
+            }
+            if let Some(ack) = ready.acknowledged {
+                self.answer_acknowledged(ack);
+            }
+            if !self.group.has_ready() {
+                return Ok(());
             }
         }
-        self.group.durable_to(last_applied);
-        let acknowledged = self.group.ready().acknowledged;
-        self.answer_acknowledged(acknowledged);
     }
 
-    /// acks=0 requests are dropped (nobody waits); acks=1 are answered after
-    /// the local append; acks=all wait for the acknowledged index. Errors
-    /// are answered at once: nothing of them was written.
-    fn answer_or_hold(&self, p: PendingProduce, answer: ProduceOutcome, unacked: &mut Unacked) {
-        let Some(reply) = p.reply else { return };
-        if p.acks == 1 || answer.is_err() {
-            let _ = reply.send(answer);
-        } else {
-            unacked.answers.push((reply, answer, p.room));
+    /// When the entry at `index` was proposed here (None for entries this
+    /// node did not propose, such as the leader's no-op).
+    fn take_waiter_time(&self, index: LogIndex) -> Option<Instant> {
+        self.waiting
+            .front()
+            .filter(|(i, _, _)| *i == index)
+            .map(|(_, _, t)| *t)
+    }
+
+    /// Applies a normal entry; returns the waiter with per-request results.
+    fn apply_normal(
+        &mut self,
+        pos: RaftPosition,
+        data: bytes::Bytes,
+    ) -> Result<(Option<Waiter>, Applying)> {
+        let waiter = match self.waiting.front() {
+            Some((i, _, _)) if i.0 == pos.index => self.waiting.pop_front().map(|(_, w, _)| w),
+            _ => None,
+        };
+        let result = match entry::decode(data)? {
+            PartitionEntry::Produce { lengths, data } => {
+                let mut max_ts = self.max_timestamp.lock().map(|m| *m).unwrap_or(None);
+                let outcomes = apply_produce(
+                    &mut self.log,
+                    &mut self.producers,
+                    pos,
+                    &lengths,
+                    data,
+                    &mut max_ts,
+                )?;
+                if let Ok(mut m) = self.max_timestamp.lock() {
+                    *m = max_ts;
+                }
+                Applying::Produce(outcomes)
+            }
+            PartitionEntry::DeleteRecords { before } => {
+                self.log.append(pos, &[])?;
+                let hw = *self.high_watermark.borrow();
+                let result = if before > hw {
+                    Err(HelixError::OffsetOutOfRange)
+                } else {
+                    self.log
+                        .delete_records_before(before)
+                        .map(|o| o.log_start_offset)
+                        .map_err(HelixError::from)
+                };
+                Applying::DeleteRecords(result)
+            }
+        };
+        Ok((waiter, result))
+    }
+
+    /// Pairs an applied entry's results with its waiters: acks=1 and errors
+    /// are answered now, acks=all held until acknowledged, acks=0 dropped.
+    fn settle(
+        &mut self,
+        index: LogIndex,
+        applied: Option<(Option<Waiter>, Applying)>,
+        proposed_at: Option<Instant>,
+    ) -> Unacked {
+        let log_start = self.log.log_start_offset();
+        let mut unacked = Unacked {
+            index,
+            end_offset: self.log.next_offset(),
+            answers: Vec::new(),
+            delete_reply: None,
+            proposed_at,
+        };
+        match applied {
+            None | Some((None, _)) => {}
+            Some((Some(Waiter::Produce(requests)), Applying::Produce(outcomes))) => {
+                for (p, outcome) in requests.into_iter().zip(outcomes) {
+                    let answer = match outcome {
+                        Applied::Appended { base_offset } => Ok(ProduceAck {
+                            base_offset,
+                            log_start_offset: log_start,
+                            duplicate: false,
+                        }),
+                        Applied::Duplicate { base_offset } => Ok(ProduceAck {
+                            base_offset,
+                            log_start_offset: log_start,
+                            duplicate: true,
+                        }),
+                        Applied::Rejected(err) => Err(err),
+                    };
+                    let Some(reply) = p.reply else { continue };
+                    if p.acks == 1 || answer.is_err() {
+                        let _ = reply.send(answer);
+                    } else {
+                        unacked.answers.push((reply, answer, p.room));
+                    }
+                }
+            }
+            Some((Some(Waiter::DeleteRecords(reply)), Applying::DeleteRecords(result))) => {
+                unacked.delete_reply = Some((reply, result));
+            }
+            Some((Some(waiter), _)) => {
+                tracing::error!(?index, "entry kind does not match its waiter");
+                fail_waiter(
+                    waiter,
+                    &HelixError::CorruptState("entry kind does not match its waiter".into()),
+                );
+            }
         }
+        unacked
     }
 
     fn answer_acknowledged(&mut self, acknowledged: LogIndex) {
@@ -219,7 +314,9 @@ impl WorkerState {
             let Some(u) = self.unacked.pop_front() else {
                 break;
             };
-            m.record(Stage::Ack, u.proposed_at.elapsed());
+            if let Some(at) = u.proposed_at {
+                m.record(Stage::Ack, at.elapsed());
+            }
             self.high_watermark.send_replace(u.end_offset);
             for (reply, answer, room) in u.answers {
                 let _ = reply.send(answer);
@@ -229,5 +326,63 @@ impl WorkerState {
                 let _ = reply.send(result);
             }
         }
+    }
+
+    /// Retention as Kafka does it: whole sealed segments beyond
+    /// `retention.bytes` or older than `retention.ms` are deleted; the active
+    /// segment never is. The limits are those the log was opened with (a
+    /// changed topic setting applies from the next open, see docs/adr/0010).
+    fn retention(&mut self, now_ms: i64) {
+        if let Err(e) = self.log.apply_retention(now_ms) {
+            tracing::warn!(error = %e, "retention failed");
+        }
+    }
+
+    /// The partition stops: everyone still waiting gets an error.
+    fn fail_all(&mut self, err: &HelixError) {
+        for (_, waiter, _) in self.waiting.drain(..) {
+            fail_waiter(waiter, err);
+        }
+        for u in self.unacked.drain(..) {
+            for (reply, _, _) in u.answers {
+                let _ = reply.send(Err(copy_error(err)));
+            }
+            if let Some((reply, _)) = u.delete_reply {
+                let _ = reply.send(Err(copy_error(err)));
+            }
+        }
+    }
+}
+
+/// What applying a normal entry produced.
+#[derive(Debug)]
+enum Applying {
+    Produce(Vec<Applied>),
+    DeleteRecords(Result<i64>),
+}
+
+fn fail_waiter(waiter: Waiter, err: &HelixError) {
+    match waiter {
+        Waiter::Produce(requests) => {
+            for p in requests {
+                if let Some(reply) = p.reply {
+                    let _ = reply.send(Err(copy_error(err)));
+                }
+            }
+        }
+        Waiter::DeleteRecords(reply) => {
+            let _ = reply.send(Err(copy_error(err)));
+        }
+    }
+}
+
+/// The same failure for another waiter (errors are not Clone: they may
+/// hold an io::Error). Storage failures stay storage failures.
+fn copy_error(err: &HelixError) -> HelixError {
+    match err {
+        HelixError::NotLeader => HelixError::NotLeader,
+        HelixError::RaftBackpressure => HelixError::RaftBackpressure,
+        HelixError::ShuttingDown => HelixError::ShuttingDown,
+        other => HelixError::Io(std::io::Error::other(other.to_string())),
     }
 }

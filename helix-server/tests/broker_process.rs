@@ -1,0 +1,190 @@
+//! Black-box tests of the real binary: framing and version negotiation
+//! with raw requests, bad input, restart after kill -9, the data-directory
+//! lock and graceful shutdown.
+
+mod common;
+
+use bytes::Bytes;
+use common::{BrokerProcess, batch};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::RecordBatchDecoder;
+
+fn topic_name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn create_topic(c: &mut common::Client, name: &str, partitions: i32) {
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = topic_name(name);
+    t.num_partitions = partitions;
+    t.replication_factor = 1;
+    let mut req = CreateTopicsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 5000;
+    let ResponseKind::CreateTopics(resp) = c.call(ApiKey::CreateTopics, 7, req.into()) else {
+        panic!("kind")
+    };
+    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+}
+
+fn produce(c: &mut common::Client, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
+    let mut pd = produce_request::PartitionProduceData::default();
+    pd.index = partition;
+    pd.records = Some(records);
+    let mut td = produce_request::TopicProduceData::default();
+    td.name = topic_name(topic);
+    td.partition_data = vec![pd];
+    let mut req = ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 5000;
+    req.topic_data = vec![td];
+    let ResponseKind::Produce(resp) = c.call(ApiKey::Produce, 9, req.into()) else {
+        panic!("kind")
+    };
+    let p = &resp.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+/// (error, high watermark, values) of a fetch from `offset`.
+fn fetch(
+    c: &mut common::Client,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> (i16, i64, Vec<String>) {
+    let mut fp = fetch_request::FetchPartition::default();
+    fp.partition = partition;
+    fp.fetch_offset = offset;
+    fp.partition_max_bytes = 1 << 20;
+    let mut ft = fetch_request::FetchTopic::default();
+    ft.topic = topic_name(topic);
+    ft.partitions = vec![fp];
+    let mut req = FetchRequest::default();
+    req.max_bytes = 1 << 20;
+    req.max_wait_ms = 10;
+    req.topics = vec![ft];
+    let ResponseKind::Fetch(resp) = c.call(ApiKey::Fetch, 11, req.into()) else {
+        panic!("kind")
+    };
+    let p = &resp.responses[0].partitions[0];
+    let mut values = Vec::new();
+    if let Some(mut records) = p.records.clone() {
+        for set in RecordBatchDecoder::decode_all(&mut records).expect("stored batches decode") {
+            for r in set.records {
+                values.push(String::from_utf8(r.value.expect("value").to_vec()).expect("utf8"));
+            }
+        }
+    }
+    (p.error_code, p.high_watermark, values)
+}
+
+#[test]
+fn api_versions_advertises_what_is_served_and_bad_frames_close_only_their_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = BrokerProcess::start(dir.path());
+    let mut c = broker.connect();
+    let ResponseKind::ApiVersions(v) =
+        c.call(ApiKey::ApiVersions, 3, ApiVersionsRequest::default().into())
+    else {
+        panic!("kind")
+    };
+    assert_eq!(v.error_code, 0);
+    let produce = v
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == 0)
+        .expect("produce advertised");
+    assert_eq!(
+        (produce.min_version, produce.max_version),
+        (0, 13),
+        "KIP-896: min 0 for librdkafka"
+    );
+    assert!(
+        v.api_keys
+            .iter()
+            .all(|k| k.api_key != ApiKey::JoinGroup as i16),
+        "no group API yet"
+    );
+
+    // Negative length, a length of 2^31-1, and an unknown API key each close
+    // their own connection and nothing else.
+    let mut neg = broker.connect();
+    neg.send_raw(&(-1i32).to_be_bytes());
+    assert!(neg.is_closed());
+    let mut huge = broker.connect();
+    huge.send_raw(&i32::MAX.to_be_bytes());
+    assert!(huge.is_closed());
+    let mut unknown = broker.connect();
+    unknown.send_frame(&[0x7f, 0x7f, 0, 0, 0, 0, 0, 1, 0, 0]);
+    assert!(unknown.is_closed());
+    let mut truncated = broker.connect();
+    truncated.send_raw(&100i32.to_be_bytes());
+    truncated.send_raw(&[0, 18, 0, 3]);
+    drop(truncated);
+
+    let ResponseKind::ApiVersions(again) =
+        c.call(ApiKey::ApiVersions, 0, ApiVersionsRequest::default().into())
+    else {
+        panic!("kind")
+    };
+    assert_eq!(again.error_code, 0, "the first connection still works");
+}
+
+#[test]
+fn acknowledged_records_and_topics_survive_kill_9_and_offsets_continue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = BrokerProcess::start(dir.path());
+    let mut c = broker.connect();
+    create_topic(&mut c, "durable", 2);
+    assert_eq!(
+        produce(&mut c, "durable", 1, batch(&["a", "b", "c"], 1000)),
+        (0, 0)
+    );
+    assert_eq!(produce(&mut c, "durable", 1, batch(&["d"], 2000)), (0, 3));
+    let mut bad = batch(&["x"], 0).to_vec();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    assert_eq!(
+        produce(&mut c, "durable", 0, Bytes::from(bad)).0,
+        2,
+        "CORRUPT_MESSAGE"
+    );
+    let port = broker.addr.port();
+    broker.kill();
+
+    let broker = BrokerProcess::start_on(dir.path(), port);
+    let mut c = broker.connect();
+    let (err, hw, values) = fetch(&mut c, "durable", 1, 0);
+    assert_eq!((err, hw), (0, 4));
+    assert_eq!(values, vec!["a", "b", "c", "d"]);
+    assert_eq!(
+        produce(&mut c, "durable", 1, batch(&["e"], 3000)),
+        (0, 4),
+        "no gap, no repeat"
+    );
+    let (_, hw, values) = fetch(&mut c, "durable", 1, 4);
+    assert_eq!((hw, values), (5, vec!["e".to_string()]));
+    let (err, _, _) = fetch(&mut c, "durable", 1, 99);
+    assert_eq!(err, 1, "OFFSET_OUT_OF_RANGE");
+}
+
+#[test]
+fn a_second_broker_on_the_same_data_dir_is_refused_and_sigterm_exits_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = BrokerProcess::start(dir.path());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_helix-server"))
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{}", common::free_port()),
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .expect("run second broker");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("in use by another broker"), "{stderr}");
+    let status = broker.terminate();
+    assert!(status.success(), "exit status {status:?}");
+}

@@ -1,0 +1,197 @@
+//! Starts the real `helix-server` binary on a free 127.0.0.1 port with a
+//! temporary data directory, and speaks raw Kafka to it with the
+//! `kafka-protocol` codecs.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+/// A running broker process; killed when dropped.
+pub struct BrokerProcess {
+    child: Child,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl BrokerProcess {
+    pub fn start(data_dir: &Path) -> BrokerProcess {
+        Self::start_on(data_dir, free_port())
+    }
+
+    pub fn start_on(data_dir: &Path, port: u16) -> BrokerProcess {
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let child = Command::new(env!("CARGO_BIN_EXE_helix-server"))
+            .args(["--listen", &addr.to_string(), "--data-dir"])
+            .arg(data_dir)
+            .args(["--log-level", "warn"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn helix-server");
+        let b = BrokerProcess {
+            child,
+            addr,
+            data_dir: data_dir.to_path_buf(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "helix-server did not start listening on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        b
+    }
+
+    /// kill -9.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "helix-server ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn connect(&self) -> Client {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        Client {
+            stream: s,
+            next_correlation: 1,
+        }
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A raw Kafka connection.
+pub struct Client {
+    pub stream: TcpStream,
+    next_correlation: i32,
+}
+
+impl Client {
+    /// Sends one request and reads its response.
+    pub fn call(&mut self, key: ApiKey, version: i16, body: RequestKind) -> ResponseKind {
+        let correlation = self.next_correlation;
+        self.next_correlation += 1;
+        let mut buf = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation)
+            .with_client_id(Some(StrBytes::from_static_str("helix-test")))
+            .encode(&mut buf, key.request_header_version(version))
+            .expect("header");
+        body.encode(&mut buf, version).expect("body");
+        self.send_frame(&buf);
+        let mut resp = self.read_frame().expect("a response frame");
+        let header = ResponseHeader::decode(&mut resp, key.response_header_version(version))
+            .expect("header");
+        assert_eq!(header.correlation_id, correlation);
+        ResponseKind::decode(key, &mut resp, version).expect("response body")
+    }
+
+    pub fn send_frame(&mut self, body: &[u8]) {
+        let mut out = (body.len() as i32).to_be_bytes().to_vec();
+        out.extend_from_slice(body);
+        self.stream.write_all(&out).expect("write");
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// The next frame, or None when the broker closed the connection.
+    pub fn read_frame(&mut self) -> Option<Bytes> {
+        let mut len = [0u8; 4];
+        if self.stream.read_exact(&mut len).is_err() {
+            return None;
+        }
+        let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+        self.stream.read_exact(&mut body).ok()?;
+        Some(Bytes::from(body))
+    }
+
+    /// True when the broker has closed this connection.
+    pub fn is_closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.stream.read(&mut b), Ok(0) | Err(_))
+    }
+}
+
+/// An uncompressed v2 batch of `values` with keys `k<i>`.
+pub fn batch(values: &[&str], timestamp: i64) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: -1,
+            timestamp: timestamp + i as i64,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encode batch");
+    buf.freeze()
+}
+
+/// Skips `n` bytes of a buffer (for tests that peek into responses).
+pub fn skip(b: &mut Bytes, n: usize) {
+    b.advance(n);
+}
