@@ -108,7 +108,12 @@ impl Broker {
             producer_id_block_end: end,
         };
         let backpressure = Backpressure::new(config.max_pending_requests, config.max_pending_bytes);
-        let groups = crate::group::service::GroupService::open(&config, &backpressure)?;
+        let groups = crate::group::service::GroupService::open(
+            &config,
+            &backpressure,
+            logs.sync_group.clone(),
+            logs.file_budget.clone(),
+        )?;
         Ok(Arc::new(Broker {
             backpressure,
             groups,
@@ -352,6 +357,7 @@ impl Broker {
                 p.close().await;
             }
         }
+        self.groups.close().await;
     }
 
     fn install(&self, topic: Arc<Topic>) {

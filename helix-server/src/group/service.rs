@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup};
 use kafka_protocol::messages::ResponseKind;
 use kafka_protocol::records::{
     Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
@@ -26,7 +27,7 @@ use super::response::{Proposal, Reply};
 use super::types::{ClientInfo, CoordinatorPartition, ProposalId, RequestToken};
 use super::wire::{GroupCall, NodeAddress, find_coordinator};
 use crate::batcher::{Backpressure, BatchLimits, PendingProduce, ProduceOutcome};
-use crate::config::Config;
+use crate::config::{Config, WriteDurability};
 use crate::error::{HelixError, Result};
 use crate::partition::{Partition, PartitionSettings, batch};
 
@@ -37,6 +38,11 @@ const TICK_INTERVAL: Duration = Duration::from_millis(100);
 const PROPOSAL_ROOM_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes read per step while replaying a coordinator partition.
 const REPLAY_READ_BYTES: usize = 1 << 20;
+/// Segment size of a coordinator partition's WAL: group records are small.
+const COORDINATOR_SEGMENT_BYTES: u64 = 64 << 20;
+/// Raft group ids of coordinator partitions ("HELIXG" in the high bytes;
+/// topic partitions take theirs from random topic ids).
+const COORDINATOR_RAFT_GROUPS: u64 = 0x4845_4c49_5847_0000;
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -59,27 +65,49 @@ pub struct GroupService {
     host: Mutex<Host>,
     /// One ordered proposal queue per coordinator partition.
     proposers: Vec<mpsc::UnboundedSender<Proposal>>,
+    partitions: Vec<Arc<Partition>>,
     node: NodeAddress,
 }
 
 impl GroupService {
     /// Opens every coordinator partition, replays it, and starts the tasks
     /// that propose, acknowledge and tick.
-    pub fn open(config: &Config, backpressure: &Backpressure) -> Result<Arc<GroupService>> {
+    /// `sync_group` and `file_budget` are the ones every log of the node
+    /// shares.
+    pub fn open(
+        config: &Config,
+        backpressure: &Backpressure,
+        sync_group: SyncGroup,
+        file_budget: FileBudget,
+    ) -> Result<Arc<GroupService>> {
         let group_config = GroupConfig::default();
         let count = group_config.coordinator_partitions;
         let mut coordinator = Coordinator::new(group_config);
-        let settings = PartitionSettings {
-            batch: BatchLimits {
-                linger: config.batch_linger,
-                max_bytes: config.batch_max_bytes,
-                max_requests: config.batch_max_requests,
+        // No retention: these logs are the groups' state (Kafka compacts
+        // them instead; Helix does not compact yet, docs/groups.md).
+        let log = LogConfig {
+            segment_bytes: COORDINATOR_SEGMENT_BYTES,
+            durability: match config.write_durability {
+                WriteDurability::ReplicationOnly => Durability::ReplicationOnly,
+                WriteDurability::Fsync => Durability::Fsync,
             },
-            durability: config.write_durability,
+            sync_group: Some(sync_group),
+            file_budget: Some(file_budget),
+            ..LogConfig::default()
         };
         let now = now_ms();
         let mut partitions = Vec::with_capacity(count as usize);
         for index in 0..count {
+            let settings = PartitionSettings {
+                node_id: config.node_id,
+                group: COORDINATOR_RAFT_GROUPS | u64::from(index),
+                batch: BatchLimits {
+                    linger: config.batch_linger,
+                    max_bytes: config.batch_max_bytes,
+                    max_requests: config.batch_max_requests,
+                },
+                log: log.clone(),
+            };
             let dir = config.data_dir.join("groups").join(index.to_string());
             let partition = Partition::open(&dir, "__consumer_offsets", index as i32, settings)?;
             let id = CoordinatorPartition(index);
@@ -100,10 +128,10 @@ impl GroupService {
         })?;
         let mut proposers = Vec::with_capacity(partitions.len());
         let mut queues = Vec::with_capacity(partitions.len());
-        for partition in partitions {
+        for partition in &partitions {
             let (tx, rx) = mpsc::unbounded_channel();
             proposers.push(tx);
-            queues.push((partition, rx));
+            queues.push((partition.clone(), rx));
         }
         let host = Host {
             coordinator,
@@ -113,6 +141,7 @@ impl GroupService {
         let service = Arc::new(GroupService {
             host: Mutex::new(host),
             proposers,
+            partitions,
             node,
         });
         for (partition, rx) in queues {
@@ -159,6 +188,13 @@ impl GroupService {
         }
         let reply = rx.await.map_err(|_| HelixError::ShuttingDown)?;
         Ok(reply.response.into_kind())
+    }
+
+    /// Shutdown: every coordinator partition flushes and closes its log.
+    pub async fn close(&self) {
+        for partition in &self.partitions {
+            partition.close().await;
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Host> {
