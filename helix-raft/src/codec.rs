@@ -47,6 +47,33 @@ pub struct MessageBatch {
     pub messages: Vec<Message>,
 }
 
+impl MessageBatch {
+    /// Splits the batch for the two peer channels (DESIGN.md): appends that
+    /// carry entries go on the data channel; everything else (votes,
+    /// heartbeats, responses, commit notices, empty probes) on the control
+    /// channel, so a large append never delays a heartbeat. Order within
+    /// each channel is kept.
+    #[must_use]
+    pub fn split_by_channel(self) -> (MessageBatch, MessageBatch) {
+        let (data, control): (Vec<Message>, Vec<Message>) = self
+            .messages
+            .into_iter()
+            .partition(|m| m.body.carries_entries());
+        (
+            MessageBatch {
+                from: self.from,
+                to: self.to,
+                messages: control,
+            },
+            MessageBatch {
+                from: self.from,
+                to: self.to,
+                messages: data,
+            },
+        )
+    }
+}
+
 fn put_varint(out: &mut BytesMut, mut v: u64) {
     while v >= 0x80 {
         out.put_u8((v as u8) | 0x80);

@@ -3,6 +3,7 @@
 //! Timeouts are in ticks; the host decides how long a tick is (the server
 //! uses 100 ms). Keep `catch-up step < election timeout < request timeout`.
 
+use crate::budget::MemoryBudget;
 use crate::error::RaftError;
 use crate::types::{HardState, LogIndex, NodeId, Term};
 
@@ -43,6 +44,9 @@ pub struct RaftConfig {
     /// Bound on the bytes of this group's in-memory log; proposals beyond it
     /// get `ProposeError::Backpressure`.
     pub max_inmem_bytes: usize,
+    /// Optional budget shared by all groups of the node: proposals are
+    /// refused while it is full. `None`: only the per-group bound applies.
+    pub node_budget: Option<MemoryBudget>,
 }
 
 impl RaftConfig {
@@ -59,6 +63,7 @@ impl RaftConfig {
             pre_vote: true,
             check_quorum: true,
             max_inmem_bytes: DEFAULT_MAX_INMEM_BYTES,
+            node_budget: None,
         }
     }
 

@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 
+use crate::budget::MemoryBudget;
 use crate::types::{Entry, LogIndex, Term};
 
 /// The term of every index of the log as runs `(first index, term)`: one per
@@ -98,7 +99,7 @@ pub struct AppendOutcome {
 }
 
 /// The log of one replica of one group.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RaftLog {
     terms: TermRuns,
     last: LogIndex,
@@ -111,6 +112,16 @@ pub struct RaftLog {
     applied: LogIndex,
     /// Reported by the host: end of its WAL (or fsynced WAL).
     durable: LogIndex,
+    /// Node-wide budget this log's bytes count toward, if any.
+    budget: Option<MemoryBudget>,
+}
+
+impl Drop for RaftLog {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.sub(self.mem_bytes);
+        }
+    }
 }
 
 impl RaftLog {
@@ -132,6 +143,32 @@ impl RaftLog {
             commit: wal_last,
             applied: wal_last,
             durable: wal_last,
+            budget: None,
+        }
+    }
+
+    /// Counts this log's memory toward a node-wide budget.
+    pub fn set_budget(&mut self, budget: Option<MemoryBudget>) {
+        if let Some(b) = &self.budget {
+            b.sub(self.mem_bytes);
+        }
+        if let Some(b) = &budget {
+            b.add(self.mem_bytes);
+        }
+        self.budget = budget;
+    }
+
+    fn add_bytes(&mut self, n: usize) {
+        self.mem_bytes += n;
+        if let Some(b) = &self.budget {
+            b.add(n);
+        }
+    }
+
+    fn sub_bytes(&mut self, n: usize) {
+        self.mem_bytes -= n;
+        if let Some(b) = &self.budget {
+            b.sub(n);
         }
     }
 
@@ -191,7 +228,7 @@ impl RaftLog {
         debug_assert_eq!(entry.index, self.last.next());
         self.terms.push(entry.index, entry.term);
         self.last = entry.index;
-        self.mem_bytes += entry.cost();
+        self.add_bytes(entry.cost());
         self.mem.push_back(entry);
     }
 
@@ -246,7 +283,7 @@ impl RaftLog {
     fn truncate_after(&mut self, keep: LogIndex) {
         while self.mem.back().is_some_and(|e| e.index > keep) {
             if let Some(e) = self.mem.pop_back() {
-                self.mem_bytes -= e.cost();
+                self.sub_bytes(e.cost());
             }
         }
         self.terms.truncate_after(keep);
@@ -324,7 +361,7 @@ impl RaftLog {
         let index = index.min(self.applied);
         while self.mem.front().is_some_and(|e| e.index <= index) {
             if let Some(e) = self.mem.pop_front() {
-                self.mem_bytes -= e.cost();
+                self.sub_bytes(e.cost());
                 self.mem_start = e.index.next();
             }
         }

@@ -81,6 +81,12 @@ pub enum MessageBody {
 }
 
 impl MessageBody {
+    /// An append with entries: bulk data rather than control traffic.
+    #[must_use]
+    pub fn carries_entries(&self) -> bool {
+        matches!(self, MessageBody::Append { entries, .. } if !entries.is_empty())
+    }
+
     /// Short name for logs and tests.
     #[must_use]
     pub fn name(&self) -> &'static str {

@@ -40,6 +40,9 @@ pub struct Progress {
     pub catch_up_idle: u32,
     /// Commit index last sent to this follower.
     pub commit_sent: LogIndex,
+    /// Replicate: `matched` at the last heartbeat answer that showed the
+    /// follower behind what was sent; a second one with no progress probes.
+    pub stall_mark: Option<LogIndex>,
 }
 
 impl Progress {
@@ -56,6 +59,7 @@ impl Progress {
             recent_active: true,
             catch_up_idle: 0,
             commit_sent: LogIndex(0),
+            stall_mark: None,
         }
     }
 

@@ -13,6 +13,17 @@ impl SplitMix64 {
         SplitMix64 { state: seed }
     }
 
+    /// A generator for one replica: the host's seed mixed with the group and
+    /// node, so replicas given the same seed still draw different timeouts.
+    #[must_use]
+    pub fn for_replica(seed: u64, group: u64, node: u64) -> Self {
+        let mut r = SplitMix64::new(seed);
+        let a = r.next_u64() ^ group.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        let mut r = SplitMix64::new(a);
+        let b = r.next_u64() ^ node.wrapping_mul(0x1656_67B1_9E37_79F9);
+        SplitMix64::new(b)
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;

@@ -165,8 +165,9 @@ fn three_voters_elect_replicate_and_acknowledge() {
             Some(Bytes::from_static(b"a"))
         );
     }
-    // propose -> Append -> AppendResponse (commit) -> Commit -> durable report.
-    assert!(c.hops <= 4, "hops from propose to acknowledged: {}", c.hops);
+    // propose -> Append -> AppendResponse (commit) -> Commit -> durable
+    // report (acknowledged): one exchange more than commit.
+    assert_eq!(c.hops, 4, "hops from propose to acknowledged");
     let st = c.nodes[0].status();
     assert_eq!((st.commit, st.durable, st.acknowledged), (idx, idx, idx));
     assert_eq!(
@@ -277,4 +278,37 @@ fn multiraft_batches_messages_per_destination() {
         50,
         "every group has a hard state to persist"
     );
+}
+
+#[test]
+fn a_node_budget_shared_by_groups_back_pressures_all_of_them() {
+    let budget = helix_raft::MemoryBudget::new(5000);
+    let mk = |g: u64| {
+        let mut cfg = RaftConfig::new(NodeId(1), vec![NodeId(1)]);
+        cfg.node_budget = Some(budget.clone());
+        let mut grp = RaftGroup::new(GroupId(g), cfg, Restored::fresh(g)).expect("valid");
+        grp.campaign();
+        grp
+    };
+    let mut a = mk(1);
+    let mut b = mk(2);
+    while a.propose(Bytes::from(vec![1u8; 1000])).is_ok() {}
+    assert_eq!(
+        b.propose(Bytes::from(vec![1u8; 1000])),
+        Err(ProposeError::Backpressure)
+    );
+    assert!(budget.used() <= budget.limit());
+    a.ready(); // applied: released
+    assert!(b.propose(Bytes::from(vec![1u8; 1000])).is_ok());
+    drop(b);
+    drop(a);
+    assert_eq!(budget.used(), 0, "dropping a group returns its bytes");
+}
+
+#[test]
+fn groups_are_send_so_hosts_can_shard_them_across_workers() {
+    fn assert_send<T: Send + 'static>() {}
+    assert_send::<RaftGroup>();
+    assert_send::<MultiRaft>();
+    assert_send::<helix_raft::MessageBatch>();
 }

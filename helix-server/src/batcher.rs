@@ -66,6 +66,10 @@ pub enum PartitionCommand {
     Retention {
         now_ms: i64,
     },
+    /// Reopen the log with new settings (changed topic configs).
+    Reconfigure {
+        log: helix_wal::LogConfig,
+    },
     /// Stop: flush and close the log, then reply.
     Close {
         reply: oneshot::Sender<()>,

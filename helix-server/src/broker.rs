@@ -312,6 +312,11 @@ impl Broker {
             configs: configs.clone(),
         })?;
         let effective = EffectiveConfig::resolve(&configs, &self.config);
+        // helix-wal takes retention and segment size at open: partitions
+        // reopen their logs when those change.
+        let log_settings_changed = effective.retention_ms != old.effective.retention_ms
+            || effective.retention_bytes != old.effective.retention_bytes
+            || effective.segment_bytes != old.effective.segment_bytes;
         self.install(Arc::new(Topic {
             name: old.name.clone(),
             id: old.id,
@@ -319,6 +324,17 @@ impl Broker {
             configs,
             effective,
         }));
+        if log_settings_changed {
+            let log = log_config(&self.config, &self.logs, &effective);
+            for p in &old.partitions {
+                p.reconfigure(log.clone()).await;
+            }
+            // Apply the new retention now rather than at the next sweep.
+            let now_ms = now_ms();
+            for p in &old.partitions {
+                p.retention(now_ms);
+            }
+        }
         Ok(())
     }
 
@@ -339,10 +355,7 @@ impl Broker {
 
     /// Applies every topic's retention settings to its partitions.
     pub fn apply_retention(&self) {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let now_ms = now_ms();
         for t in self.all_topics() {
             for p in &t.partitions {
                 p.retention(now_ms);
@@ -380,20 +393,7 @@ fn open_partition(
     effective: &EffectiveConfig,
 ) -> Result<Arc<Partition>> {
     let dir = topic_dir(config, id).join(index.to_string());
-    let log = LogConfig {
-        segment_bytes: u64::try_from(effective.segment_bytes)
-            .unwrap_or(1 << 30)
-            .clamp(1 << 20, helix_wal::MAX_SEGMENT_BYTES),
-        retention_bytes: u64::try_from(effective.retention_bytes).ok(),
-        retention_ms: u64::try_from(effective.retention_ms).ok(),
-        durability: match config.write_durability {
-            WriteDurability::ReplicationOnly => Durability::ReplicationOnly,
-            WriteDurability::Fsync => Durability::Fsync,
-        },
-        sync_group: Some(logs.sync_group.clone()),
-        file_budget: Some(logs.file_budget.clone()),
-        ..LogConfig::default()
-    };
+    let log = log_config(config, logs, effective);
     let settings = PartitionSettings {
         node_id: config.node_id,
         // Unique per (topic, partition) on this node.
@@ -406,6 +406,33 @@ fn open_partition(
         log,
     };
     Partition::open(&dir, name, index, settings)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A partition log's settings from the node's and the topic's.
+fn log_config(config: &Config, logs: &LogShared, effective: &EffectiveConfig) -> LogConfig {
+    LogConfig {
+        // Kafka's own floor for segment.bytes is 14; helix-wal takes any
+        // positive size up to its maximum.
+        segment_bytes: u64::try_from(effective.segment_bytes)
+            .unwrap_or(1 << 30)
+            .clamp(14, helix_wal::MAX_SEGMENT_BYTES),
+        retention_bytes: u64::try_from(effective.retention_bytes).ok(),
+        retention_ms: u64::try_from(effective.retention_ms).ok(),
+        durability: match config.write_durability {
+            WriteDurability::ReplicationOnly => Durability::ReplicationOnly,
+            WriteDurability::Fsync => Durability::Fsync,
+        },
+        sync_group: Some(logs.sync_group.clone()),
+        file_budget: Some(logs.file_budget.clone()),
+        ..LogConfig::default()
+    }
 }
 
 /// The cluster id, created once and kept in the data directory.

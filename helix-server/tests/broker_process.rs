@@ -118,6 +118,15 @@ fn api_versions_advertises_what_is_served_and_bad_frames_close_only_their_connec
     let mut unknown = broker.connect();
     unknown.send_frame(&[0x7f, 0x7f, 0, 0, 0, 0, 0, 1, 0, 0]);
     assert!(unknown.is_closed());
+    // Metadata v0 declaring 2^31-1 topics in an 18-byte frame: refused before
+    // anything is allocated for them (the decoder would otherwise try to
+    // reserve tens of GiB and abort the process).
+    let mut huge_array = broker.connect();
+    let mut frame = vec![0, 3, 0, 0, 0, 0, 0, 9, 0, 0];
+    frame.extend_from_slice(&i32::MAX.to_be_bytes());
+    frame.extend_from_slice(&[0, 1, b'x', 0]);
+    huge_array.send_frame(&frame);
+    assert!(huge_array.is_closed());
     let mut truncated = broker.connect();
     truncated.send_raw(&100i32.to_be_bytes());
     truncated.send_raw(&[0, 18, 0, 3]);

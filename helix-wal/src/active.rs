@@ -12,8 +12,9 @@ use crate::batch::BatchHeader;
 use crate::entry_index::{self, EntryIndexWriter, EntryRecord};
 use crate::error::{Result, WalError};
 use crate::fault::{self, Point};
+use crate::index::IndexBuilder;
 use crate::index::{self, SparseIndex, TimeEntry};
-use crate::segment::{self, ActiveBody, IndexBuilder, Segment, SegmentState};
+use crate::segment::{self, ActiveBody, Segment, SegmentState};
 use crate::types::RaftPosition;
 
 /// Where an active segment resumes after recovery.
@@ -115,7 +116,7 @@ impl ActiveSegment {
             size: r.size,
             next_offset: r.next_offset,
             max_timestamp: r.max_timestamp,
-            first_index: r.first_index,
+            first_index: r.first_index.filter(|_| r.entry_count > 0),
             last_batch_rel: r.last_batch_rel,
             persisted: r.persisted,
             opened_at: Instant::now(),
@@ -145,6 +146,7 @@ impl ActiveSegment {
             next_offset,
             position: position as u32,
             length: batches.len() as u32,
+            header_sum: entry_index::header_sum(batches, headers.iter().map(|(_, at)| *at)),
         };
         if !batches.is_empty()
             && let Err(e) = self.write_at(batches, position)

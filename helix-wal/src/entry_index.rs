@@ -32,6 +32,10 @@ pub struct EntryRecord {
     pub position: u32,
     /// Bytes of the entry's batches.
     pub length: u32,
+    /// crc32fast over the first 21 bytes of each of the entry's batches:
+    /// the header fields the batch CRC-32C does not cover (base offset,
+    /// length, partition leader epoch, magic, the CRC itself).
+    pub header_sum: u32,
 }
 
 impl EntryRecord {
@@ -48,7 +52,7 @@ impl EntryRecord {
         b[24..32].copy_from_slice(&self.next_offset.to_le_bytes());
         b[32..36].copy_from_slice(&self.position.to_le_bytes());
         b[36..40].copy_from_slice(&self.length.to_le_bytes());
-        // 40..44 reserved, zero.
+        b[40..44].copy_from_slice(&self.header_sum.to_le_bytes());
         let crc = crc32fast::hash(&b[0..44]);
         b[44..48].copy_from_slice(&crc.to_le_bytes());
         b
@@ -75,9 +79,22 @@ impl EntryRecord {
             next_offset: u64_at(24) as i64,
             position: u32_at(32),
             length: u32_at(36),
+            header_sum: u32_at(40),
         })
     }
 }
+
+/// The `header_sum` of an entry's batches (given each batch's start).
+pub fn header_sum(batches: &[u8], starts: impl Iterator<Item = usize>) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for at in starts {
+        h.update(&batches[at..(at + UNCOVERED_HEADER).min(batches.len())]);
+    }
+    h.finalize()
+}
+
+/// Header bytes of a v2 batch not covered by its CRC-32C (offsets 0..21).
+const UNCOVERED_HEADER: usize = 21;
 
 pub fn path_for(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{base_offset:020}.entries"))
@@ -164,6 +181,8 @@ impl EntryIndexWriter {
     /// leaves the index unchanged.
     pub fn push(&mut self, record: &EntryRecord) -> Result<()> {
         if self.count == self.capacity {
+            crate::fault::hit(&self.path, crate::fault::Point::EntryIndexGrow)
+                .map_err(|e| WalError::io("grow entry index", &self.path, e))?;
             let capacity = self.capacity * 2;
             self.map = Self::map(&self.file, &self.path, capacity)?;
             self.capacity = capacity;
@@ -226,6 +245,7 @@ mod tests {
             next_offset: i as i64 * 10 + 10,
             position: i as u32 * 100,
             length: 100,
+            header_sum: 7,
         }
     }
 

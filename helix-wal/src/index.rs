@@ -11,6 +11,7 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::batch::{self, BatchHeader};
 use crate::error::{Result, WalError};
 
 /// `(offset relative to the segment base, byte position)`.
@@ -219,6 +220,74 @@ fn read_file(path: &Path) -> Result<Option<Vec<u8>>> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(WalError::io("open index", path, e)),
+    }
+}
+
+/// Rebuilds a segment's sparse index from its batch headers.
+pub fn build_index(data: &[u8], base: i64, interval: u64) -> SparseIndex {
+    let mut ix = SparseIndex::default();
+    let mut builder = IndexBuilder::new(interval);
+    for (h, range) in batch::Batches::new(data).map_while(|b| b.ok()) {
+        if let Some((o, t)) = builder.add(base, &h, range.start as u64) {
+            ix.offsets.push(o);
+            ix.times.push(t);
+        }
+    }
+    ix
+}
+
+/// Decides where sparse index entries go as batches are appended.
+#[derive(Debug, Clone)]
+pub struct IndexBuilder {
+    interval: u64,
+    bytes_since: u64,
+    max_timestamp: i64,
+}
+
+impl IndexBuilder {
+    pub fn new(interval: u64) -> Self {
+        IndexBuilder {
+            interval,
+            bytes_since: u64::MAX,
+            max_timestamp: i64::MIN,
+        }
+    }
+
+    /// Resumes after `ix` (recovery): the next batch gets an entry only once
+    /// `interval` bytes have passed since the last indexed position.
+    pub fn resume(interval: u64, ix: &SparseIndex, position: u64, max_timestamp: i64) -> Self {
+        let last = ix.offsets.last().map(|e| u64::from(e.position));
+        IndexBuilder {
+            interval,
+            bytes_since: last.map_or(u64::MAX, |p| position.saturating_sub(p)),
+            max_timestamp,
+        }
+    }
+
+    /// Accounts for a batch at `position`; returns the index entries due for it.
+    pub fn add(
+        &mut self,
+        base: i64,
+        h: &BatchHeader,
+        position: u64,
+    ) -> Option<(OffsetEntry, TimeEntry)> {
+        self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
+        let due = (self.bytes_since >= self.interval).then(|| {
+            let rel = (h.base_offset - base) as u32;
+            self.bytes_since = 0;
+            (
+                OffsetEntry {
+                    relative_offset: rel,
+                    position: position as u32,
+                },
+                TimeEntry {
+                    timestamp: self.max_timestamp,
+                    relative_offset: rel,
+                },
+            )
+        });
+        self.bytes_since = self.bytes_since.saturating_add(h.total_len() as u64);
+        due
     }
 }
 

@@ -29,6 +29,7 @@ mod segment;
 mod sync;
 mod truncate;
 mod types;
+mod verify;
 
 pub use batch::{BatchError, BatchHeader, patch_batch_header};
 pub use budget::FileBudget;
@@ -38,7 +39,7 @@ pub use log::PartitionLog;
 pub use positions::EntryStream;
 pub use reader::LogReader;
 pub use retention::RetentionOutcome;
-pub use sync::{SyncGroup, SyncStats};
+pub use sync::{SyncGroup, SyncMethod, SyncStats};
 pub use types::{
     AppendInfo, DamagedRange, EpochEnd, RaftPosition, ReadResult, Recovery, TruncatedTail,
 };

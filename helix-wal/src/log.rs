@@ -3,8 +3,8 @@
 //! checkpoints, and publishes what readers may see.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 
 use crate::active::ActiveSegment;
 use crate::batch::{self, BatchHeader, Batches};
@@ -13,7 +13,7 @@ use crate::config::{Durability, LogConfig};
 use crate::error::{Result, WalError};
 use crate::meta::Checkpoint;
 use crate::positions::{self, EntryStream};
-use crate::reader::{LogReader, Shared};
+use crate::reader::{LogReader, PositionCell, Shared};
 use crate::recovery;
 use crate::sync::{LogSync, Mark, SyncGroup};
 use crate::types::{AppendInfo, EpochEnd, RaftPosition, Recovery};
@@ -30,6 +30,8 @@ pub struct PartitionLog {
     pub(crate) failed: bool,
     since_checkpoint: u64,
     closed: bool,
+    /// Reused for each append's batch headers (no allocation per append).
+    scratch: Vec<(BatchHeader, usize)>,
 }
 
 impl std::fmt::Debug for PartitionLog {
@@ -55,8 +57,8 @@ impl PartitionLog {
             segments: std::sync::RwLock::new(segments),
             next_offset: recovered.active.next_offset.into(),
             log_start_offset: recovered.log_start_offset.into(),
-            last_position: Mutex::new(recovered.last),
-            durable: Mutex::new(None),
+            last_position: PositionCell::new(recovered.last),
+            durable: PositionCell::new(None),
             budget,
         });
         let sync = match config.durability {
@@ -82,9 +84,12 @@ impl PartitionLog {
             failed: false,
             since_checkpoint: 0,
             closed: false,
+            scratch: Vec::new(),
         };
-        // What recovery kept is durable from here on: synced once at open.
-        log.active.sync()?;
+        // Fsync: what recovery kept is durable from here on, synced once at open.
+        if log.sync.is_some() {
+            log.active.sync()?;
+        }
         if let Some((_, ls)) = &log.sync
             && let Some(mark) = log.mark()
         {
@@ -164,21 +169,14 @@ impl PartitionLog {
             });
         }
         let first_offset = self.active.next_offset;
-        let (headers, next_offset, max_ts) = validate(batches, first_offset)?;
-        if self.should_roll(batches.len() as u64) {
-            self.roll()?;
-        }
-        let record = self.active.write_entry(
-            pos,
-            batches,
-            &headers,
-            next_offset,
-            max_ts.unwrap_or(i64::MIN),
-        );
+        let mut headers = std::mem::take(&mut self.scratch);
+        let written = self.validate_and_write(pos, batches, first_offset, &mut headers);
+        headers.clear();
+        self.scratch = headers;
         if self.active.poisoned {
             self.failed = true;
         }
-        record?;
+        let (next_offset, max_ts) = written?;
         self.shared
             .next_offset
             .store(next_offset, Ordering::Release);
@@ -201,6 +199,27 @@ impl PartitionLog {
             bytes: batches.len(),
             max_timestamp: max_ts,
         })
+    }
+
+    fn validate_and_write(
+        &mut self,
+        pos: RaftPosition,
+        batches: &[u8],
+        first_offset: i64,
+        headers: &mut Vec<(BatchHeader, usize)>,
+    ) -> Result<(i64, Option<i64>)> {
+        let (next_offset, max_ts) = validate(batches, first_offset, headers)?;
+        if self.should_roll(batches.len() as u64) {
+            self.roll()?;
+        }
+        self.active.write_entry(
+            pos,
+            batches,
+            headers,
+            next_offset,
+            max_ts.unwrap_or(i64::MIN),
+        )?;
+        Ok((next_offset, max_ts))
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -408,15 +427,14 @@ impl Drop for PartitionLog {
     }
 }
 
-/// An entry's batches as validated: each header with its position in the
-/// entry, the offset after the entry, and the largest max timestamp.
-pub(crate) type ValidEntry = (Vec<(BatchHeader, usize)>, i64, Option<i64>);
-
 /// Checks an entry's batches: whole, magic 2, offsets contiguous from
-/// `first_offset`, CRC-32C good. Returns each batch's header and position,
-/// the next offset, and the largest max timestamp.
-pub(crate) fn validate(batches: &[u8], first_offset: i64) -> Result<ValidEntry> {
-    let mut headers = Vec::new();
+/// `first_offset`, CRC-32C good. Fills `headers` with each batch's header and
+/// position; returns the next offset and the largest max timestamp.
+pub(crate) fn validate(
+    batches: &[u8],
+    first_offset: i64,
+    headers: &mut Vec<(BatchHeader, usize)>,
+) -> Result<(i64, Option<i64>)> {
     let mut expected = first_offset;
     let mut max_ts: Option<i64> = None;
     let mut it = Batches::new(batches);
@@ -439,5 +457,5 @@ pub(crate) fn validate(batches: &[u8], first_offset: i64) -> Result<ValidEntry> 
         max_ts = Some(max_ts.map_or(h.max_timestamp, |m| m.max(h.max_timestamp)));
         headers.push((h, range.start));
     }
-    Ok((headers, expected, max_ts))
+    Ok((expected, max_ts))
 }

@@ -7,8 +7,8 @@
 //! length, so a reader never sees a partly written entry.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering, fence};
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
@@ -26,9 +26,9 @@ pub(crate) struct Shared {
     pub segments: RwLock<Vec<Arc<Segment>>>,
     pub next_offset: AtomicI64,
     pub log_start_offset: AtomicI64,
-    pub last_position: Mutex<Option<RaftPosition>>,
+    pub last_position: PositionCell,
     /// The last entry known durable (see `Durability`).
-    pub durable: Mutex<Option<RaftPosition>>,
+    pub durable: PositionCell,
     pub budget: FileBudget,
 }
 
@@ -53,19 +53,69 @@ impl Shared {
     }
 
     pub fn last_position(&self) -> Option<RaftPosition> {
-        *self.last_position.lock().unwrap_or_else(|p| p.into_inner())
+        self.last_position.load()
     }
 
+    /// Only the writer calls this.
     pub fn set_last_position(&self, pos: Option<RaftPosition>) {
-        *self.last_position.lock().unwrap_or_else(|p| p.into_inner()) = pos;
+        self.last_position.store(pos);
     }
 
     pub fn durable(&self) -> Option<RaftPosition> {
-        *self.durable.lock().unwrap_or_else(|p| p.into_inner())
+        self.durable.load()
     }
 
+    /// Called by the writer (`ReplicationOnly`) or under the log's sync lock
+    /// (`Fsync`), never by both for one log.
     pub fn set_durable(&self, pos: Option<RaftPosition>) {
-        *self.durable.lock().unwrap_or_else(|p| p.into_inner()) = pos;
+        self.durable.store(pos);
+    }
+}
+
+/// A Raft position readers load without a lock (a sequence lock: stores
+/// must be serialized by the caller; loads retry while a store is under way).
+#[derive(Debug, Default)]
+pub(crate) struct PositionCell {
+    seq: AtomicU64,
+    term: AtomicU64,
+    /// Index + 1; 0 means no position.
+    index: AtomicU64,
+}
+
+impl PositionCell {
+    pub fn new(pos: Option<RaftPosition>) -> Self {
+        let cell = PositionCell::default();
+        cell.store(pos);
+        cell
+    }
+
+    pub fn store(&self, pos: Option<RaftPosition>) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        let (term, index) = pos.map_or((0, 0), |p| (p.term, p.index.wrapping_add(1)));
+        self.term.store(term, Ordering::Relaxed);
+        self.index.store(index, Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+
+    pub fn load(&self) -> Option<RaftPosition> {
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            if before & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let term = self.term.load(Ordering::Relaxed);
+            let index = self.index.load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == before {
+                return (index != 0).then(|| RaftPosition {
+                    term,
+                    index: index - 1,
+                });
+            }
+        }
     }
 }
 
@@ -171,7 +221,9 @@ impl LogReader {
             if seg.next_offset() <= log_start || seg.max_timestamp() < timestamp {
                 continue;
             }
-            if let Some(offset) = seg.offset_for_timestamp(timestamp, &self.shared.budget)? {
+            if let Some(offset) =
+                seg.offset_for_timestamp(timestamp, log_start, &self.shared.budget)?
+            {
                 return Ok(Some(offset.max(log_start)));
             }
         }

@@ -20,9 +20,10 @@ use crate::batch::{self, Batches};
 use crate::config::LogConfig;
 use crate::entry_index::{self, EntryRecord, RECORD_LEN};
 use crate::error::{Result, WalError};
+use crate::index::IndexBuilder;
 use crate::index::{self, SparseIndex};
 use crate::meta::{self, Checkpoint, TruncateIntent};
-use crate::segment::{self, IndexBuilder, Segment, SegmentState};
+use crate::segment::{self, Segment, SegmentState};
 use crate::types::{DamagedRange, RaftPosition, Recovery, TruncatedTail};
 
 /// What recovery hands to `PartitionLog::open`.
@@ -223,6 +224,10 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
                 .map_or(active.base(), |s: &Arc<Segment>| s.base_offset),
         )
         .min(active.next_offset);
+    if persisted_start.is_some_and(|p| p > log_start) {
+        // A cut tail or finished truncation ended the log below it.
+        meta::write_log_start(dir, log_start)?;
+    }
     report.next_offset = active.next_offset;
     report.log_start_offset = log_start;
     report.last_position = expect.last;
@@ -410,9 +415,10 @@ fn scan(
             base,
             Some((cp.offset_records as usize, cp.time_records as usize)),
         )?
-        .unwrap_or_else(|| segment::build_index(&data[..cp.position as usize], base, interval));
+        .unwrap_or_else(|| index::build_index(&data[..cp.position as usize], base, interval));
         if agrees {
-            start = Some((cp, last, first.map(|f| f.pos.index), ix));
+            let first_index = first.filter(|_| cp.entry_count > 0).map(|f| f.pos.index);
+            start = Some((cp, last, first_index, ix));
         }
     }
     let (mut pos, mut count, mut first_index, mut ix, mut max_ts, verified_from_zero);
@@ -483,6 +489,11 @@ fn scan(
                     break;
                 }
             }
+        }
+        if bad.is_none()
+            && entry_index::header_sum(bytes, batches.iter().map(|(_, at)| *at)) != r.header_sum
+        {
+            bad = Some("batch header fields do not match the entry's checksum".into());
         }
         if bad.is_none() && offset != r.next_offset {
             bad = Some(format!(

@@ -4,7 +4,8 @@
 //!
 //! A segment leaves the readers' list before its files are unlinked; readers
 //! already holding its mapping keep reading it until they drop their `Bytes`.
-//! The active segment is never deleted here.
+//! The active segment is never deleted here, nor the newest segment holding
+//! an entry (it carries the log's last Raft position).
 
 use std::sync::atomic::Ordering;
 
@@ -75,7 +76,13 @@ impl PartitionLog {
 
     fn delete_oldest(&mut self, n: usize) -> Result<RetentionOutcome> {
         let mut segments = self.shared.snapshot();
-        let n = n.min(segments.len().saturating_sub(1));
+        // Keep the newest segment holding an entry: the log's last Raft
+        // position must survive retention (and a restart).
+        let keep_from = segments
+            .iter()
+            .rposition(|s| s.entries().is_some())
+            .unwrap_or(segments.len().saturating_sub(1));
+        let n = n.min(keep_from);
         let removed: Vec<_> = segments.drain(..n).collect();
         let mut outcome = RetentionOutcome {
             segments_deleted: n,

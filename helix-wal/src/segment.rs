@@ -22,7 +22,8 @@ use memmap2::Mmap;
 use crate::batch::{self, BatchHeader, HEADER_LEN};
 use crate::budget::FileBudget;
 use crate::error::{Result, WalError};
-use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
+use crate::index::SparseIndex;
+use crate::verify;
 
 /// Chunk size used when walking the active segment through its file.
 const SCAN_CHUNK: u64 = 1 << 20;
@@ -45,6 +46,9 @@ struct Verified {
     position: u64,
     next_offset: i64,
     damage: Option<Damage>,
+    /// Bumped when a truncation resets the prefix, so a verification that
+    /// read the old bytes cannot publish its result.
+    generation: u64,
 }
 
 #[derive(Debug)]
@@ -151,6 +155,7 @@ impl Segment {
                 position: verified.0,
                 next_offset: verified.1,
                 damage: None,
+                generation: 0,
             }),
             body: RwLock::new(match active {
                 Some(a) => Body::Active(a),
@@ -238,6 +243,7 @@ impl Segment {
         self.next_offset.store(next_offset, Ordering::Release);
         self.max_timestamp.store(max_timestamp, Ordering::Release);
         let mut v = lock(&self.verified);
+        v.generation += 1;
         if v.position > len {
             v.position = 0;
             v.next_offset = self.base_offset;
@@ -323,7 +329,7 @@ impl Segment {
             Some(ix) => ix,
             None => {
                 tracing::warn!(segment = %self.log_path.display(), "sparse index unreadable, rebuilding from batch headers");
-                build_index(&data, self.base_offset, self.index_interval)
+                crate::index::build_index(&data, self.base_offset, self.index_interval)
             }
         };
         Ok(SealedView { data, index })
@@ -403,10 +409,12 @@ impl Segment {
         src.load(from, to, &self.log_path)
     }
 
-    /// The base offset of the first batch whose max timestamp is ≥ `ts`.
+    /// The base offset of the first batch whose max timestamp is ≥ `ts`;
+    /// batches ending below `min_offset` (the log start) are skipped.
     pub fn offset_for_timestamp(
         self: &Arc<Self>,
         ts: i64,
+        min_offset: i64,
         budget: &FileBudget,
     ) -> Result<Option<i64>> {
         if self.max_timestamp() < ts {
@@ -415,12 +423,20 @@ impl Segment {
         let len = self.len();
         let src = self.source(budget)?;
         let start = src.with_index(|ix| ix.lookup_time(ts));
-        let from = self.base_offset + i64::from(start);
-        Ok(self
-            .find_batch(&src, from, len, |h| {
-                h.last_offset() >= from && h.max_timestamp >= ts
-            })?
-            .map(|(_, h)| h.base_offset))
+        let from = (self.base_offset + i64::from(start)).max(min_offset);
+        let found = self.find_batch(&src, from, len, |h| {
+            h.last_offset() >= from && h.max_timestamp >= ts
+        })?;
+        let Some((pos, h)) = found else {
+            return Ok(None);
+        };
+        // Never answer from bytes that fail verification.
+        let end = pos + h.total_len() as u64;
+        if self.ensure_verified(&src, end)? < end {
+            let d = self.damage().map_or(pos, |d| d.position);
+            return Err(self.corrupt(d, "range failed verification"));
+        }
+        Ok(Some(h.base_offset))
     }
 
     /// Walks batch headers from the index entry at or below `from` to the
@@ -451,66 +467,53 @@ impl Segment {
     /// Verifies bytes up to at least `upto` (a batch end). Returns how far the
     /// good prefix reaches (≥ `upto` unless damage was found before it).
     fn ensure_verified(&self, src: &Source, upto: u64) -> Result<u64> {
-        if self.verified_to.load(Ordering::Acquire) >= upto {
-            return Ok(upto);
-        }
-        let mut v = lock(&self.verified);
-        if let Some(d) = &v.damage {
-            return Ok(d.position.min(upto));
-        }
-        let len = self.len();
-        while v.position < upto {
-            let mut chunk_end = len.min(v.position + SCAN_CHUNK);
-            if let Some(h) = src.header(v.position, len, &self.log_path)?
+        loop {
+            if self.verified_to.load(Ordering::Acquire) >= upto {
+                return Ok(upto);
+            }
+            // Snapshot, then verify without the lock: the writer publishes
+            // through the same lock on every append and must not wait for a
+            // reader checking a large recovered range.
+            let (position, next_offset, generation) = {
+                let v = lock(&self.verified);
+                if let Some(d) = &v.damage {
+                    return Ok(d.position.min(upto));
+                }
+                if v.position >= upto {
+                    return Ok(upto);
+                }
+                (v.position, v.next_offset, v.generation)
+            };
+            let len = self.len();
+            let mut chunk_end = len.min(position + SCAN_CHUNK);
+            if let Some(h) = src.header(position, len, &self.log_path)?
                 && h.batch_length >= batch::MIN_BATCH_LENGTH
             {
-                chunk_end = chunk_end.max(len.min(v.position + h.total_len() as u64));
+                chunk_end = chunk_end.max(len.min(position + h.total_len() as u64));
             }
-            let chunk = src.load(v.position, chunk_end, &self.log_path)?;
-            let mut advanced = false;
-            let mut failure = None;
-            for b in batch::Batches::new(&chunk) {
-                let (h, range) = match b {
-                    Ok(x) => x,
-                    Err(batch::BatchError::Truncated { .. }) if advanced => break,
-                    Err(e) => {
-                        failure = Some(e.to_string());
-                        break;
-                    }
-                };
-                if h.base_offset != v.next_offset {
-                    failure = Some(format!(
-                        "batch base offset {} where {} was expected",
-                        h.base_offset, v.next_offset
-                    ));
-                    break;
+            let chunk = src.load(position, chunk_end, &self.log_path)?;
+            let outcome = verify::chunk(&chunk, next_offset, upto - position);
+            let mut v = lock(&self.verified);
+            if v.position != position || v.generation != generation || v.damage.is_some() {
+                continue; // someone else moved it (or a truncation reset it)
+            }
+            match outcome {
+                verify::Outcome::Good { bytes, next_offset } => {
+                    v.position += bytes;
+                    v.next_offset = next_offset;
+                    self.verified_to.store(v.position, Ordering::Release);
                 }
-                if let Err(e) = batch::verify_crc(&chunk[range]) {
-                    failure = Some(e.to_string());
-                    break;
-                }
-                advanced = true;
-                v.next_offset = h.next_offset();
-                v.position += h.total_len() as u64;
-                if v.position >= upto {
-                    break;
+                verify::Outcome::Bad { at, reason } => {
+                    let position = position + at;
+                    tracing::error!(file = %self.log_path.display(), position, %reason,
+                        "stored batch failed verification; refusing to serve from here");
+                    v.position = position;
+                    v.damage = Some(Damage { position, reason });
+                    self.verified_to.store(position, Ordering::Release);
+                    return Ok(position.min(upto));
                 }
             }
-            if failure.is_none() && !advanced {
-                failure = Some("no whole batch where one was expected".into());
-            }
-            if let Some(reason) = failure {
-                tracing::error!(file = %self.log_path.display(), position = v.position, %reason,
-                    "stored batch failed verification; refusing to serve from here");
-                v.damage = Some(Damage {
-                    position: v.position,
-                    reason,
-                });
-                return Ok(v.position.min(upto));
-            }
-            self.verified_to.store(v.position, Ordering::Release);
         }
-        Ok(upto)
     }
 
     fn corrupt(&self, position: u64, reason: &str) -> WalError {
@@ -566,73 +569,5 @@ impl Source {
                 Ok(Bytes::from(buf))
             }
         }
-    }
-}
-
-/// Rebuilds a segment's sparse index from its batch headers.
-pub fn build_index(data: &[u8], base: i64, interval: u64) -> SparseIndex {
-    let mut ix = SparseIndex::default();
-    let mut builder = IndexBuilder::new(interval);
-    for (h, range) in batch::Batches::new(data).map_while(|b| b.ok()) {
-        if let Some((o, t)) = builder.add(base, &h, range.start as u64) {
-            ix.offsets.push(o);
-            ix.times.push(t);
-        }
-    }
-    ix
-}
-
-/// Decides where sparse index entries go as batches are appended.
-#[derive(Debug, Clone)]
-pub struct IndexBuilder {
-    interval: u64,
-    bytes_since: u64,
-    max_timestamp: i64,
-}
-
-impl IndexBuilder {
-    pub fn new(interval: u64) -> Self {
-        IndexBuilder {
-            interval,
-            bytes_since: u64::MAX,
-            max_timestamp: i64::MIN,
-        }
-    }
-
-    /// Resumes after `ix` (recovery): the next batch gets an entry only once
-    /// `interval` bytes have passed since the last indexed position.
-    pub fn resume(interval: u64, ix: &SparseIndex, position: u64, max_timestamp: i64) -> Self {
-        let last = ix.offsets.last().map(|e| u64::from(e.position));
-        IndexBuilder {
-            interval,
-            bytes_since: last.map_or(u64::MAX, |p| position.saturating_sub(p)),
-            max_timestamp,
-        }
-    }
-
-    /// Accounts for a batch at `position`; returns the index entries due for it.
-    pub fn add(
-        &mut self,
-        base: i64,
-        h: &BatchHeader,
-        position: u64,
-    ) -> Option<(OffsetEntry, TimeEntry)> {
-        self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
-        let due = (self.bytes_since >= self.interval).then(|| {
-            let rel = (h.base_offset - base) as u32;
-            self.bytes_since = 0;
-            (
-                OffsetEntry {
-                    relative_offset: rel,
-                    position: position as u32,
-                },
-                TimeEntry {
-                    timestamp: self.max_timestamp,
-                    relative_offset: rel,
-                },
-            )
-        });
-        self.bytes_since = self.bytes_since.saturating_add(h.total_len() as u64);
-        due
     }
 }

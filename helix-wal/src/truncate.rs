@@ -90,6 +90,7 @@ impl PartitionLog {
                 crash_point(&self.dir, 2)?;
             }
         }
+        crash_point(&self.dir, 2)?;
         if is_active {
             self.cut_active(keep_len, keep_entries, next_offset)?;
         } else {
@@ -110,10 +111,14 @@ impl PartitionLog {
         self.active.sync()?;
         self.checkpoint()?;
         crash_point(&self.dir, 4)?;
+        if next_offset < self.log_start_offset() {
+            // The log start never exceeds the log end.
+            meta::write_log_start(&self.dir, next_offset)?;
+            self.shared
+                .log_start_offset
+                .store(next_offset, std::sync::atomic::Ordering::Release);
+        }
         meta::remove(&self.dir, meta::TRUNCATE_INTENT)?;
-        self.shared
-            .log_start_offset
-            .fetch_min(next_offset, std::sync::atomic::Ordering::AcqRel);
         Ok(())
     }
 

@@ -75,7 +75,8 @@ impl RaftGroup {
         let term_starts = restore_term_starts(&cfg, &restored)?;
         let wal_last = restored.wal_last.map_or(LogIndex(0), |(i, _)| i);
         let wal_term = restored.wal_last.map_or(Term(0), |(_, t)| t);
-        let log = RaftLog::restored(wal_last, &term_starts);
+        let mut log = RaftLog::restored(wal_last, &term_starts);
+        log.set_budget(cfg.node_budget.clone());
         // A replica's term is never below the term of its last WAL entry.
         let (term, voted_for) = if wal_term > restored.hard_state.term {
             (wal_term, None)
@@ -95,7 +96,7 @@ impl RaftGroup {
             election_elapsed: 0,
             heartbeat_elapsed: 0,
             randomized_timeout: cfg.election_ticks,
-            rng: SplitMix64::new(restored.seed ^ group.0.rotate_left(32) ^ cfg.node.0),
+            rng: SplitMix64::for_replica(restored.seed, group.0, cfg.node.0),
             leader_match: LogIndex(0),
             durable_reported: LogIndex(0),
             acknowledged: LogIndex(0),
@@ -181,11 +182,11 @@ impl RaftGroup {
             return Err(ProposeError::TransferInProgress(to));
         }
         let cost = data.len() + crate::types::ENTRY_OVERHEAD_BYTES;
-        if self.log.mem_bytes() + cost > self.cfg.max_inmem_bytes {
+        if !self.memory_fits(cost) {
             // Lagging followers lose their in-memory suffix first: they can
             // catch up from the WAL. Unapplied entries cannot be released.
             self.log.release_to(self.log.applied());
-            if self.log.mem_bytes() + cost > self.cfg.max_inmem_bytes {
+            if !self.memory_fits(cost) {
                 return Err(ProposeError::Backpressure);
             }
         }
@@ -280,6 +281,11 @@ impl RaftGroup {
             elections_won: self.counters.elections_won,
             wal_truncations: self.counters.wal_truncations,
         }
+    }
+
+    fn memory_fits(&self, cost: usize) -> bool {
+        self.log.mem_bytes() + cost <= self.cfg.max_inmem_bytes
+            && self.cfg.node_budget.as_ref().is_none_or(|b| b.fits(cost))
     }
 
     fn hard_state(&self) -> HardState {

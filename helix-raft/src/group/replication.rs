@@ -25,7 +25,10 @@ impl RaftGroup {
             kind,
             data,
         });
-        self.maybe_commit();
+        if self.cfg.quorum() == 1 {
+            // Only a one-voter group commits on the leader's own append.
+            self.maybe_commit();
+        }
         self.flush_pending = true;
         index
     }
@@ -286,10 +289,18 @@ impl RaftGroup {
         match pr.state {
             ProgressState::Probe => pr.probe_sent = false,
             ProgressState::Replicate => {
-                // A full pipeline at a heartbeat answer, or an idle follower
-                // that no longer matches what we think (it restarted): probe.
-                if pr.is_paused() || (matched < pr.matched && pr.inflight() == 0) {
+                // The follower has not confirmed everything sent (appends
+                // lost, or it restarted and lost its tail). Appends may still
+                // be in flight, so probe only if two heartbeat answers in a
+                // row show no progress at all.
+                let behind = matched < pr.next.prev() || matched < pr.matched || pr.is_paused();
+                if !behind {
+                    pr.stall_mark = None;
+                } else if pr.stall_mark == Some(pr.matched) {
+                    pr.stall_mark = None;
                     pr.become_probe();
+                } else {
+                    pr.stall_mark = Some(pr.matched);
                 }
             }
             ProgressState::CatchUp => {}

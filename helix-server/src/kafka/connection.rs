@@ -77,7 +77,7 @@ async fn write_responses(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<InFlight>
             Ok(Ok(Some(body))) => body,
             Ok(Ok(None)) => continue,
             Ok(Err(e)) => {
-                tracing::error!(error = %e, "cannot encode a response; closing the connection");
+                tracing::warn!(error = %e, "closing the connection instead of answering");
                 return;
             }
             Err(e) => {

@@ -23,7 +23,8 @@ use crate::broker::Broker;
 use crate::error::{HelixError, Result};
 
 /// A response still being computed: resolves to the encoded frame, or
-/// None when the request gets no response (Produce with acks=0).
+/// None when the request gets no response (Produce with acks=0); an error
+/// closes the connection.
 pub type PendingResponse = Pin<Box<dyn Future<Output = Result<Option<Bytes>>> + Send>>;
 
 /// Why a connection must be closed instead of answered.
@@ -73,7 +74,7 @@ pub async fn start(
             RequestKind::Produce(req) => {
                 let waiting = produce::enqueue(&b, req, version).await;
                 Box::pin(async move {
-                    match waiting.await {
+                    match waiting.await? {
                         Some(resp) => respond(ResponseKind::Produce(resp)),
                         None => Ok(None),
                     }

@@ -54,10 +54,14 @@ fn lookup(p: &Partition, timestamp: i64) -> Result<(i64, i64), HelixError> {
     match timestamp {
         LATEST | LATEST_TIERED => Ok((hw, -1)),
         EARLIEST | EARLIEST_LOCAL => Ok((p.log_start_offset(), -1)),
-        MAX_TIMESTAMP => Ok(p
-            .max_timestamp()
-            .filter(|(o, _)| *o < hw)
-            .unwrap_or((-1, -1))),
+        MAX_TIMESTAMP => {
+            let Some((base, max_ts)) = p.max_timestamp().filter(|(o, _)| *o < hw) else {
+                return Ok((-1, -1));
+            };
+            // The record holding it: the first at or after the maximum.
+            let batch = p.read(base, 1)?;
+            Ok(first_offset_at_or_after(&batch, max_ts).unwrap_or((base, max_ts)))
+        }
         ts if ts >= 0 => {
             let Some(base) = p.reader().offset_for_timestamp(ts)? else {
                 return Ok((-1, -1));

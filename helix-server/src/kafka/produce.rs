@@ -34,12 +34,13 @@ enum Slot {
     Waiting(oneshot::Receiver<ProduceOutcome>),
 }
 
-/// Validates and queues; returns the future of the response (None for acks=0).
+/// Validates and queues; returns the future of the response (None for
+/// acks=0, an error when an acks=0 request failed: the connection closes).
 pub async fn enqueue(
     broker: &Arc<Broker>,
     req: ProduceRequest,
     version: i16,
-) -> impl Future<Output = Option<ProduceResponse>> + Send + use<> {
+) -> impl Future<Output = Result<Option<ProduceResponse>, HelixError>> + Send + use<> {
     let acks = req.acks;
     let timeout =
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).max(MIN_PRODUCE_TIMEOUT);
@@ -109,7 +110,18 @@ pub async fn enqueue(
     }
     async move {
         if acks == 0 {
-            return None;
+            // Nobody reads an acks=0 answer: as Kafka does, a failed
+            // partition closes the connection so the client notices.
+            for (_, _, slots) in &topics {
+                for (index, slot) in slots {
+                    if let Slot::Done(Err(e)) = slot {
+                        return Err(HelixError::InvalidRequest(format!(
+                            "acks=0 produce to partition {index} failed: {e}"
+                        )));
+                    }
+                }
+            }
+            return Ok(None);
         }
         let deadline = tokio::time::Instant::now() + timeout;
         let mut resp = ProduceResponse::default();
@@ -153,7 +165,7 @@ pub async fn enqueue(
             }
             resp.responses.push(t);
         }
-        Some(resp)
+        Ok(Some(resp))
     }
 }
 

@@ -113,9 +113,8 @@ fn apply_request(
             return Applied::Rejected(HelixError::CorruptBatch(e.to_string()));
         }
         producers.record(h, *next);
-        let last = *next + i64::from(h.last_offset_delta);
         if max_ts.is_none_or(|(_, ts)| h.max_timestamp > ts) {
-            *max_ts = Some((last, h.max_timestamp));
+            *max_ts = Some((*next, h.max_timestamp));
         }
         *next += i64::from(h.record_count);
         pos += h.size;
@@ -155,7 +154,11 @@ mod tests {
         assert!(matches!(out[0], Applied::Appended { base_offset: 0 }));
         assert!(matches!(out[1], Applied::Appended { base_offset: 2 }));
         assert_eq!(log.next_offset(), 3);
-        assert_eq!(max_ts, Some((2, 500)));
+        assert_eq!(
+            max_ts,
+            Some((2, 500)),
+            "base offset of the batch holding it"
+        );
         let (lengths, data) = entry(&[vec![a]]);
         let out = apply_produce(&mut log, &mut producers, at(2), &lengths, data, &mut max_ts)
             .expect("apply");

@@ -89,10 +89,6 @@ impl BatchHeader {
         self.attributes & ATTR_CONTROL != 0
     }
 
-    pub fn last_offset(&self) -> i64 {
-        self.base_offset + i64::from(self.last_offset_delta)
-    }
-
     /// Sequence number of the batch's last record (wrapping as Kafka does).
     pub fn last_sequence(&self) -> i32 {
         if self.base_sequence < 0 {
@@ -147,19 +143,25 @@ pub fn validate(records: &Bytes, max_message_bytes: i32) -> Result<Vec<ValidBatc
         if header.is_transactional() {
             return Err(HelixError::TransactionsUnsupported);
         }
-        if header.compression() == 0 {
-            let counted = count_records(&batch[HEADER_LEN..])?;
-            if counted != header.record_count as usize {
-                return Err(HelixError::InvalidRecord(format!(
-                    "batch declares {} records but holds {counted}",
-                    header.record_count
-                )));
-            }
-        } else if header.compression() > 4 {
-            return Err(HelixError::CorruptBatch(format!(
-                "unknown compression codec {}",
-                header.compression()
+        // Decompresses only to count (a stream, nothing kept); the batch is
+        // stored exactly as sent.
+        let mut expected_delta = 0i32;
+        let mut deltas_in_order = true;
+        let counted = super::records::walk(batch, |r| {
+            deltas_in_order &= r.offset_delta == expected_delta;
+            expected_delta = expected_delta.saturating_add(1);
+            true
+        })?;
+        if counted != header.record_count as usize {
+            return Err(HelixError::InvalidRecord(format!(
+                "batch declares {} records but holds {counted}",
+                header.record_count
             )));
+        }
+        if !deltas_in_order {
+            return Err(HelixError::InvalidRecord(
+                "record offset deltas are not 0, 1, 2, ...".into(),
+            ));
         }
         out.push(ValidBatch {
             bytes: records.slice(pos..pos + header.size),
@@ -174,71 +176,22 @@ pub fn validate(records: &Bytes, max_message_bytes: i32) -> Result<Vec<ValidBatc
     Ok(out)
 }
 
-/// Counts the records of an uncompressed batch body: each record starts with
-/// its length as a zigzag varint, and the lengths must tile the body exactly.
-fn count_records(mut body: &[u8]) -> Result<usize> {
-    let mut n = 0usize;
-    while !body.is_empty() {
-        let (len, used) = read_varint(body)?;
-        if len < 0 || (len as usize) > body.len() - used {
-            return Err(HelixError::CorruptBatch(
-                "record length overruns the batch".into(),
-            ));
-        }
-        body = &body[used + len as usize..];
-        n += 1;
-    }
-    Ok(n)
-}
-
-/// A zigzag-encoded varint (at most 5 bytes for an i32).
-fn read_varint(b: &[u8]) -> Result<(i64, usize)> {
-    let mut value: u64 = 0;
-    for (i, byte) in b.iter().enumerate().take(5) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            let decoded = ((value >> 1) as i64) ^ -((value & 1) as i64);
-            return Ok((decoded, i + 1));
-        }
-    }
-    Err(HelixError::CorruptBatch("bad varint in record".into()))
-}
-
-/// In an uncompressed batch at the start of `b`: the offset and timestamp
-/// of the first record whose timestamp is >= `ts`. None for a compressed
-/// batch (the caller falls back to the batch) or when no record matches.
+/// In the batch at the start of `b` (any compression): the offset and
+/// timestamp of the first record whose timestamp is >= `ts`. None when no
+/// record matches or the batch cannot be read.
 pub fn first_offset_at_or_after(b: &[u8], ts: i64) -> Option<(i64, i64)> {
     let h = BatchHeader::parse(b).ok()?;
-    if h.compression() != 0 || b.len() < h.size {
-        return None;
-    }
-    let mut body = &b[HEADER_LEN..h.size];
-    while !body.is_empty() {
-        let (len, used) = read_varint(body).ok()?;
-        let len = usize::try_from(len).ok()?;
-        let record = body.get(used..used + len)?;
-        // attributes (1 byte), timestampDelta, offsetDelta
-        let (ts_delta, n) = read_varlong(record.get(1..)?)?;
-        let (offset_delta, _) = read_varint(record.get(1 + n..)?).ok()?;
-        let record_ts = h.base_timestamp + ts_delta;
+    let mut found = None;
+    super::records::walk(b, |r| {
+        let record_ts = h.base_timestamp + r.timestamp_delta;
         if record_ts >= ts {
-            return Some((h.base_offset + offset_delta, record_ts));
+            found = Some((h.base_offset + i64::from(r.offset_delta), record_ts));
+            return false;
         }
-        body = &body[used + len..];
-    }
-    None
-}
-
-/// A zigzag-encoded varlong (at most 10 bytes).
-fn read_varlong(b: &[u8]) -> Option<(i64, usize)> {
-    let mut value: u64 = 0;
-    for (i, byte) in b.iter().enumerate().take(10) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((((value >> 1) as i64) ^ -((value & 1) as i64), i + 1));
-        }
-    }
-    None
+        true
+    })
+    .ok()?;
+    found
 }
 
 fn be_i16(b: &[u8], at: usize) -> i16 {

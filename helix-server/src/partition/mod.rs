@@ -9,11 +9,12 @@ pub mod batch;
 pub mod entry;
 pub mod producers;
 pub mod raft;
+pub mod records;
 pub mod scan;
 mod worker;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 use helix_wal::{LogConfig, LogReader, PartitionLog};
@@ -43,7 +44,8 @@ pub struct PartitionSettings {
 pub struct Partition {
     pub index: i32,
     commands: mpsc::Sender<PartitionCommand>,
-    reader: LogReader,
+    /// Shared with the worker, which replaces it when the log is reopened.
+    reader: Arc<RwLock<LogReader>>,
     high_watermark: watch::Receiver<i64>,
     leader_epoch: i32,
     max_timestamp: Arc<Mutex<MaxTimestamp>>,
@@ -60,8 +62,8 @@ impl Partition {
     ) -> Result<Arc<Partition>> {
         std::fs::create_dir_all(dir)?;
         let (log, recovery) = PartitionLog::open(&dir.join("wal"), settings.log.clone())?;
-        let reader = log.reader();
-        let (producers, max_ts) = scan::rebuild(&reader, recovery.next_offset)?;
+        let (producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset)?;
+        let reader = Arc::new(RwLock::new(log.reader()));
         let hard_state_file = raft::HardStateFile::new(dir);
         let group = raft::start_group(
             settings.node_id,
@@ -86,6 +88,7 @@ impl Partition {
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let mut state = worker::WorkerState::new(
             log,
+            reader.clone(),
             group,
             hard_state_file,
             producers,
@@ -154,7 +157,7 @@ impl Partition {
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        self.reader.log_start_offset()
+        self.reader().log_start_offset()
     }
 
     /// The current leader epoch (= Raft term).
@@ -162,7 +165,7 @@ impl Partition {
         self.leader_epoch
     }
 
-    /// (last offset, timestamp) of the batch with the largest timestamp.
+    /// (base offset, timestamp) of the batch with the largest timestamp.
     pub fn max_timestamp(&self) -> MaxTimestamp {
         self.max_timestamp.lock().ok().and_then(|m| *m)
     }
@@ -177,7 +180,7 @@ impl Partition {
         if from == hw {
             return Ok(Bytes::new());
         }
-        let read = self.reader.read(from, max_bytes)?;
+        let read = self.reader().read(from, max_bytes)?;
         if read.next_offset <= hw {
             return Ok(read.bytes);
         }
@@ -194,7 +197,20 @@ impl Partition {
         Ok(read.bytes.slice(..end))
     }
 
-    pub fn reader(&self) -> &LogReader {
-        &self.reader
+    /// The current reader handle (cheap: a clone of an `Arc`).
+    pub fn reader(&self) -> LogReader {
+        match self.reader.read() {
+            Ok(r) => r.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// New retention / segment settings for the log (reopened in order
+    /// with the partition's other work).
+    pub async fn reconfigure(&self, log: LogConfig) {
+        let _ = self
+            .commands
+            .send(PartitionCommand::Reconfigure { log })
+            .await;
     }
 }

@@ -11,7 +11,7 @@ use crate::error::Result;
 /// Bytes read per step of the scan.
 const SCAN_CHUNK: usize = 1 << 20;
 
-/// The batch holding the largest timestamp: (its last offset, timestamp).
+/// The batch holding the largest timestamp: (its base offset, timestamp).
 pub type MaxTimestamp = Option<(i64, i64)>;
 
 /// Scans the log from its start to `end` (exclusive).
@@ -33,7 +33,7 @@ pub fn rebuild(reader: &LogReader, end: i64) -> Result<(ProducerTable, MaxTimest
         while pos < chunk.bytes.len() {
             let h = BatchHeader::parse(&chunk.bytes[pos..])?;
             if max_ts.is_none_or(|(_, ts)| h.max_timestamp > ts) {
-                max_ts = Some((h.last_offset(), h.max_timestamp));
+                max_ts = Some((h.base_offset, h.max_timestamp));
             }
             pos += h.size;
             headers.push(h);

@@ -4,11 +4,11 @@
 //! fsync mode), and answers requests up to the acknowledged index.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use helix_raft::{EntryKind, LogIndex, RaftGroup};
-use helix_wal::{Durability, PartitionLog, RaftPosition};
+use helix_wal::{Durability, LogConfig, LogReader, PartitionLog, RaftPosition};
 use tokio::sync::{oneshot, watch};
 
 use super::apply::{Applied, apply_produce};
@@ -43,7 +43,10 @@ struct Unacked {
 }
 
 pub(super) struct WorkerState {
-    log: PartitionLog,
+    /// Always Some, except for the instant of a reopen (see `reconfigure`).
+    log: Option<PartitionLog>,
+    /// The readers' handle, replaced when the log is reopened.
+    reader: Arc<RwLock<LogReader>>,
     group: RaftGroup,
     hard_state: HardStateFile,
     producers: ProducerTable,
@@ -73,11 +76,21 @@ pub(super) async fn run(mut batcher: Batcher, mut state: WorkerState) {
             }
             Work::Control(PartitionCommand::Close { reply }) => {
                 state.fail_all(&HelixError::ShuttingDown);
-                if let Err(e) = state.log.close() {
+                if let Some(log) = state.log.take()
+                    && let Err(e) = log.close()
+                {
                     tracing::warn!(error = %e, "closing the log failed");
                 }
                 let _ = reply.send(());
                 return;
+            }
+            Work::Control(PartitionCommand::Reconfigure { log }) => {
+                if let Err(e) = state.reconfigure(log) {
+                    tracing::error!(error = %e, "reopening the log with new settings failed; partition stopped");
+                    state.fail_all(&e);
+                    return;
+                }
+                continue;
             }
             Work::Control(PartitionCommand::Retention { now_ms }) => {
                 state.retention(now_ms);
@@ -95,6 +108,7 @@ pub(super) async fn run(mut batcher: Batcher, mut state: WorkerState) {
 impl WorkerState {
     pub(super) fn new(
         log: PartitionLog,
+        reader: Arc<RwLock<LogReader>>,
         group: RaftGroup,
         hard_state: HardStateFile,
         producers: ProducerTable,
@@ -102,7 +116,8 @@ impl WorkerState {
         max_timestamp: Arc<Mutex<MaxTimestamp>>,
     ) -> WorkerState {
         WorkerState {
-            log,
+            log: Some(log),
+            reader,
             group,
             hard_state,
             producers,
@@ -166,7 +181,7 @@ impl WorkerState {
                 let started = Instant::now();
                 let waiter = match e.kind {
                     EntryKind::Noop => {
-                        self.log.append(pos, &[])?;
+                        live(&mut self.log)?.append(pos, &[])?;
                         None
                     }
                     EntryKind::Normal => Some(self.apply_normal(pos, e.data)?),
@@ -177,13 +192,13 @@ impl WorkerState {
                 last_applied = Some(e.index);
             }
             if let Some(last) = last_applied {
-                if self.log.config().durability == Durability::Fsync {
+                let log = live(&mut self.log)?;
+                if log.config().durability == Durability::Fsync {
                     let started = Instant::now();
-                    tokio::task::block_in_place(|| self.log.sync())?;
+                    tokio::task::block_in_place(|| log.sync())?;
                     m.record(Stage::Fsync, started.elapsed());
                 }
-                let durable = self
-                    .log
+                let durable = live(&mut self.log)?
                     .durable_position()
                     .map_or(LogIndex(0), |p| LogIndex(p.index));
                 self.group.durable_to(durable.min(last))?;
@@ -220,7 +235,7 @@ impl WorkerState {
             PartitionEntry::Produce { lengths, data } => {
                 let mut max_ts = self.max_timestamp.lock().map(|m| *m).unwrap_or(None);
                 let outcomes = apply_produce(
-                    &mut self.log,
+                    live(&mut self.log)?,
                     &mut self.producers,
                     pos,
                     &lengths,
@@ -233,12 +248,12 @@ impl WorkerState {
                 Applying::Produce(outcomes)
             }
             PartitionEntry::DeleteRecords { before } => {
-                self.log.append(pos, &[])?;
+                live(&mut self.log)?.append(pos, &[])?;
                 let hw = *self.high_watermark.borrow();
                 let result = if before > hw {
                     Err(HelixError::OffsetOutOfRange)
                 } else {
-                    self.log
+                    live(&mut self.log)?
                         .delete_records_before(before)
                         .map(|o| o.log_start_offset)
                         .map_err(HelixError::from)
@@ -257,10 +272,13 @@ impl WorkerState {
         applied: Option<(Option<Waiter>, Applying)>,
         proposed_at: Option<Instant>,
     ) -> Unacked {
-        let log_start = self.log.log_start_offset();
+        let (log_start, end_offset) = self
+            .log
+            .as_ref()
+            .map_or((-1, -1), |l| (l.log_start_offset(), l.next_offset()));
         let mut unacked = Unacked {
             index,
-            end_offset: self.log.next_offset(),
+            end_offset,
             answers: Vec::new(),
             delete_reply: None,
             proposed_at,
@@ -333,9 +351,32 @@ impl WorkerState {
     /// segment never is. The limits are those the log was opened with (a
     /// changed topic setting applies from the next open, see docs/adr/0010).
     fn retention(&mut self, now_ms: i64) {
-        if let Err(e) = self.log.apply_retention(now_ms) {
+        let Ok(log) = live(&mut self.log) else { return };
+        if let Err(e) = log.apply_retention(now_ms) {
             tracing::warn!(error = %e, "retention failed");
         }
+    }
+
+    /// Applies changed topic settings (retention, segment size) that the WAL
+    /// takes only at open: closes the log and opens it again with `config`.
+    /// Readers switch to the new handle; appends wait in the queue meanwhile.
+    fn reconfigure(&mut self, config: LogConfig) -> Result<()> {
+        let Some(old) = self.log.take() else {
+            return Err(HelixError::CorruptState("partition log is closed".into()));
+        };
+        let dir = old.dir().to_path_buf();
+        old.close()?;
+        let (log, recovery) = PartitionLog::open(&dir, config)?;
+        if recovery.truncated_tail.is_some() {
+            return Err(HelixError::CorruptState(
+                "a cleanly closed log reopened with a torn tail".into(),
+            ));
+        }
+        if let Ok(mut r) = self.reader.write() {
+            *r = log.reader();
+        }
+        self.log = Some(log);
+        Ok(())
     }
 
     /// The partition stops: everyone still waiting gets an error.
@@ -352,6 +393,12 @@ impl WorkerState {
             }
         }
     }
+}
+
+/// The open log; an error only if a reopen failed earlier.
+fn live(log: &mut Option<PartitionLog>) -> Result<&mut PartitionLog> {
+    log.as_mut()
+        .ok_or_else(|| HelixError::CorruptState("partition log is closed".into()))
 }
 
 /// What applying a normal entry produced.

@@ -1,0 +1,516 @@
+//! Interaction tests of single mechanisms, each told as a short story:
+//! WAL truncation after simultaneous crashes, catch-up from the WAL,
+//! pre-vote, check-quorum, lost tails after a restart.
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use helix_raft::{
+    CatchUpRequest, Entry, GroupId, HardState, LogIndex, Message, NodeId, RaftConfig, RaftGroup,
+    Restored, Role, Term,
+};
+
+/// Three (or more) replicas with WALs, persisted votes and a controllable
+/// network: messages to or from an isolated node are dropped.
+struct Cluster {
+    cfgs: Vec<RaftConfig>,
+    nodes: Vec<Option<RaftGroup>>,
+    wals: Vec<Vec<Entry>>,
+    votes: Vec<HardState>,
+    isolated: HashSet<usize>,
+    truncations: Vec<(usize, LogIndex)>,
+    catch_ups: Vec<CatchUpRequest>,
+    /// Serve catch-up requests from the leader's WAL automatically.
+    serve_catch_up: bool,
+}
+
+impl Cluster {
+    fn new(n: u64, tweak: impl Fn(&mut RaftConfig)) -> Self {
+        let voters: Vec<NodeId> = (1..=n).map(NodeId).collect();
+        let cfgs: Vec<RaftConfig> = voters
+            .iter()
+            .map(|id| {
+                let mut c = RaftConfig::new(*id, voters.clone());
+                tweak(&mut c);
+                c
+            })
+            .collect();
+        let mut c = Cluster {
+            nodes: (0..n).map(|_| None).collect(),
+            wals: vec![Vec::new(); n as usize],
+            votes: vec![HardState::default(); n as usize],
+            isolated: HashSet::new(),
+            truncations: Vec::new(),
+            catch_ups: Vec::new(),
+            serve_catch_up: true,
+            cfgs,
+        };
+        for i in 0..n as usize {
+            c.start(i);
+        }
+        c
+    }
+
+    fn start(&mut self, i: usize) {
+        let wal = &self.wals[i];
+        let mut starts: Vec<(LogIndex, Term)> = Vec::new();
+        for e in wal {
+            if starts.last().is_none_or(|(_, t)| *t != e.term) {
+                starts.push((e.index, e.term));
+            }
+        }
+        let restored = Restored {
+            hard_state: self.votes[i],
+            wal_last: wal.last().map(|e| (e.index, e.term)),
+            wal_term_starts: starts,
+            seed: 17 + i as u64,
+        };
+        self.nodes[i] = Some(
+            RaftGroup::new(GroupId(1), self.cfgs[i].clone(), restored).expect("valid restore"),
+        );
+    }
+
+    fn crash(&mut self, i: usize) {
+        self.nodes[i] = None;
+    }
+
+    fn node(&mut self, i: usize) -> &mut RaftGroup {
+        self.nodes[i].as_mut().expect("node is up")
+    }
+
+    fn leader(&self) -> Option<usize> {
+        (0..self.nodes.len()).find(|i| {
+            self.nodes[*i]
+                .as_ref()
+                .is_some_and(|g| g.role() == Role::Leader)
+        })
+    }
+
+    fn drain(&mut self, i: usize) -> Vec<Message> {
+        let mut out = Vec::new();
+        while let Some(g) = self.nodes[i].as_mut() {
+            if !g.has_ready() {
+                break;
+            }
+            let rd = g.ready();
+            if let Some(hs) = rd.hard_state {
+                self.votes[i] = hs;
+            }
+            if let Some(k) = rd.truncate_wal_after {
+                self.wals[i].truncate(k.0 as usize);
+                self.truncations.push((i, k));
+            }
+            self.wals[i].extend(rd.to_apply.iter().cloned());
+            if let Some(last) = rd.to_apply.last() {
+                g.durable_to(last.index).expect("applied");
+            }
+            out.extend(rd.messages);
+            for req in rd.catch_up {
+                self.catch_ups.push(req);
+                if self.serve_catch_up {
+                    let entries: Vec<Entry> = self.wals[i]
+                        [(req.from_index.0 - 1) as usize..req.through_index.0 as usize]
+                        .to_vec();
+                    for chunk in entries.chunks(3) {
+                        let g = self.nodes[i].as_mut().expect("up");
+                        if !g.catch_up(req.to, chunk.to_vec()).expect("valid catch-up") {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Delivers until no node has anything to say.
+    fn settle(&mut self) {
+        for _ in 0..1000 {
+            let mut msgs = Vec::new();
+            for i in 0..self.nodes.len() {
+                msgs.extend(self.drain(i));
+            }
+            if msgs.is_empty() {
+                return;
+            }
+            for m in msgs {
+                let (from, to) = ((m.from.0 - 1) as usize, (m.to.0 - 1) as usize);
+                if self.isolated.contains(&from) || self.isolated.contains(&to) {
+                    continue;
+                }
+                if let Some(g) = self.nodes[to].as_mut() {
+                    g.step(m).expect("well addressed");
+                }
+            }
+        }
+        panic!("cluster never settled");
+    }
+
+    fn tick_all(&mut self, n: usize) {
+        for _ in 0..n {
+            for g in self.nodes.iter_mut().flatten() {
+                g.tick();
+            }
+            self.settle();
+        }
+    }
+
+    fn propose(&mut self, data: &'static [u8]) -> LogIndex {
+        let l = self.leader().expect("a leader");
+        self.node(l)
+            .propose(Bytes::from_static(data))
+            .expect("leader takes it")
+    }
+}
+
+#[test]
+fn conflicting_wal_entries_above_the_acknowledged_index_are_truncated() {
+    let mut c = Cluster::new(3, |_| {});
+    c.node(0).campaign();
+    c.settle();
+    let acked = c.propose(b"acked");
+    c.settle();
+    assert_eq!(c.node(0).acknowledged(), acked);
+
+    // Node 1 leads; only node 2 hears it. Node 1 commits "lost" (majority in
+    // memory) and applies it to its WAL, but node 2 never learns the commit.
+    c.isolated.insert(2);
+    let lost = c.propose(b"lost");
+    let to_node2: Vec<Message> = c.drain(0);
+    for m in to_node2.into_iter().filter(|m| m.to == NodeId(2)) {
+        c.node(1).step(m).expect("ok");
+    }
+    for m in c.drain(1) {
+        c.node(0).step(m).expect("ok");
+    }
+    c.drain(0);
+    assert_eq!(
+        c.wals[0].last().map(|e| e.data.clone()),
+        Some(Bytes::from_static(b"lost"))
+    );
+    assert!(
+        c.node(0).acknowledged() < lost,
+        "never durable on a majority"
+    );
+
+    // Nodes 1 and 2 crash together; 2 and 3 elect a leader without "lost".
+    c.crash(0);
+    c.crash(1);
+    c.isolated.clear();
+    c.start(1);
+    c.node(2).campaign();
+    c.settle();
+    assert_eq!(c.leader(), Some(2));
+    let replaced = c.propose(b"replaced");
+    c.settle();
+    assert!(c.node(2).acknowledged() >= replaced);
+
+    // Node 1 returns with "lost" in its WAL: it truncates it, not below ack.
+    c.start(0);
+    c.tick_all(3);
+    assert_eq!(c.truncations, vec![(0, LogIndex(lost.0 - 1))]);
+    assert!(LogIndex(lost.0 - 1) >= acked);
+    assert_eq!(c.wals[0], c.wals[2], "WALs converge on the leader's log");
+    assert_eq!(c.node(0).status().wal_truncations, 1);
+}
+
+#[test]
+fn a_follower_behind_the_in_memory_log_catches_up_from_the_wal() {
+    let mut c = Cluster::new(3, |cfg| cfg.max_inmem_bytes = 2000);
+    c.node(0).campaign();
+    c.settle();
+    c.crash(2);
+    for _ in 0..40 {
+        c.propose(b"0123456789abcdef0123456789abcdef");
+        c.settle();
+    }
+    let st = c.node(0).status();
+    assert!(st.mem_start > LogIndex(2), "memory moved on: {st:?}");
+    c.start(2);
+    c.tick_all(3);
+    assert!(
+        !c.catch_ups.is_empty(),
+        "the leader asked its host to stream from the WAL"
+    );
+    assert_eq!(c.catch_ups[0].to, NodeId(3));
+    assert_eq!(c.wals[2], c.wals[0]);
+    let st = c.node(0).status();
+    let f = st
+        .followers
+        .iter()
+        .find(|f| f.node == NodeId(3))
+        .expect("follower");
+    assert_eq!(f.matched, st.last_index);
+    assert!(!f.catching_up);
+}
+
+#[test]
+fn catch_up_that_the_host_never_serves_is_asked_for_again() {
+    let mut c = Cluster::new(3, |cfg| cfg.max_inmem_bytes = 2000);
+    c.serve_catch_up = false;
+    c.node(0).campaign();
+    c.settle();
+    c.crash(2);
+    for _ in 0..40 {
+        c.propose(b"0123456789abcdef0123456789abcdef");
+        c.settle();
+    }
+    c.start(2);
+    c.tick_all(2);
+    let first = c.catch_ups.len();
+    assert!(first >= 1);
+    c.tick_all(25);
+    assert!(
+        c.catch_ups.len() > first,
+        "re-requested after the idle limit"
+    );
+}
+
+#[test]
+fn pre_vote_keeps_a_partitioned_node_from_raising_terms() {
+    let mut c = Cluster::new(3, |_| {});
+    c.node(0).campaign();
+    c.settle();
+    let term = c.node(0).term();
+    c.isolated.insert(2);
+    c.tick_all(100);
+    assert_eq!(c.node(2).term(), term, "pre-votes do not raise the term");
+    c.isolated.clear();
+    c.tick_all(5);
+    assert_eq!(c.leader(), Some(0));
+    assert_eq!(c.node(0).term(), term);
+}
+
+#[test]
+fn check_quorum_makes_an_isolated_leader_step_down() {
+    let mut c = Cluster::new(3, |_| {});
+    c.node(0).campaign();
+    c.settle();
+    c.isolated.insert(0);
+    c.tick_all(25);
+    assert_eq!(c.node(0).role(), Role::Follower);
+    let others: Vec<Role> = (1..3).map(|i| c.node(i).role()).collect();
+    assert!(
+        others.contains(&Role::Leader),
+        "the majority elected a new leader: {others:?}"
+    );
+}
+
+#[test]
+fn a_restarted_follower_that_lost_its_tail_is_repaired() {
+    let mut c = Cluster::new(3, |_| {});
+    c.node(0).campaign();
+    c.settle();
+    // Node 3 receives entries in memory but never the commit.
+    c.propose(b"a");
+    let msgs = c.drain(0);
+    for m in msgs.into_iter().filter(|m| m.to == NodeId(3)) {
+        c.node(2).step(m).expect("ok");
+    }
+    assert_eq!(c.node(2).status().last_index, LogIndex(2));
+    c.drain(2);
+    c.crash(2);
+    c.start(2);
+    assert_eq!(
+        c.node(2).status().last_index,
+        LogIndex(c.wals[2].len() as u64)
+    );
+    c.tick_all(3);
+    let last = c.node(0).status().last_index;
+    assert_eq!(c.node(2).status().last_index, last);
+    assert_eq!(c.node(0).acknowledged(), last);
+}
+
+#[test]
+fn whole_cluster_restart_elects_and_acknowledges_again() {
+    let mut c = Cluster::new(3, |_| {});
+    c.node(0).campaign();
+    c.settle();
+    let a = c.propose(b"a");
+    c.settle();
+    for i in 0..3 {
+        c.crash(i);
+    }
+    for i in 0..3 {
+        c.start(i);
+    }
+    c.tick_all(40);
+    let l = c.leader().expect("a leader after restart");
+    let b = c.propose(b"b");
+    c.settle();
+    assert!(c.node(l).acknowledged() >= b);
+    assert!(
+        c.wals
+            .iter()
+            .all(|w| w.get((a.0 - 1) as usize).map(|e| &e.data[..]) == Some(b"a"))
+    );
+}
+
+#[test]
+fn fast_backtracking_skips_a_whole_conflicting_term_in_one_step() {
+    let mut c = Cluster::new(3, |_| {});
+    c.node(0).campaign();
+    c.settle();
+    // The old leader, cut off, appends 30 entries nobody else has.
+    c.isolated.insert(0);
+    for _ in 0..30 {
+        c.node(0)
+            .propose(Bytes::from_static(b"stale"))
+            .expect("still thinks it leads");
+    }
+    c.drain(0);
+    c.tick_all(30);
+    let l = c.leader().expect("nodes 2 and 3 elected a leader");
+    assert_ne!(l, 0);
+    assert_eq!(c.node(0).status().last_index, LogIndex(31));
+    for _ in 0..30 {
+        c.node(l)
+            .propose(Bytes::from_static(b"new"))
+            .expect("leader");
+    }
+    c.settle();
+    // A fresh leader starts probing node 1 at its own last index (32+).
+    let other = 3 - l;
+    c.node(l).transfer_leader(NodeId(other as u64 + 1));
+    c.settle();
+    let l = other;
+    assert_eq!(c.node(l).role(), Role::Leader);
+    c.isolated.clear();
+    // Count the rejects node 1 sends while the new leader finds the match.
+    let mut rejects = 0;
+    for _ in 0..10 {
+        for g in c.nodes.iter_mut().flatten() {
+            g.tick();
+        }
+        for _ in 0..50 {
+            let mut msgs = Vec::new();
+            for i in 0..3 {
+                msgs.extend(c.drain(i));
+            }
+            if msgs.is_empty() {
+                break;
+            }
+            for m in msgs {
+                if let helix_raft::MessageBody::AppendResponse { reject: true, .. } = m.body
+                    && m.from == NodeId(1)
+                {
+                    rejects += 1;
+                }
+                let to = (m.to.0 - 1) as usize;
+                c.node(to).step(m).expect("ok");
+            }
+        }
+    }
+    assert_eq!(c.wals[0], c.wals[l], "the stale suffix was replaced");
+    // Entry-by-entry backtracking would need ~30 rejects.
+    assert!((1..=2).contains(&rejects), "{rejects} rejects");
+}
+
+/// Delivers the messages accepted by `keep`; drops the rest.
+fn deliver(c: &mut Cluster, msgs: Vec<Message>, keep: impl Fn(&Message) -> bool) {
+    for m in msgs {
+        if keep(&m) {
+            let to = (m.to.0 - 1) as usize;
+            if let Some(g) = c.nodes[to].as_mut() {
+                g.step(m).expect("ok");
+            }
+        }
+    }
+}
+
+/// Raft's Figure 8, with durability: an entry of an older term that is
+/// durable on a majority is not acknowledged until an entry of the leader's
+/// own term is. Here it is later lost, legitimately, because it never was.
+#[test]
+fn an_old_term_entry_durable_on_a_majority_is_not_acknowledged() {
+    let mut c = Cluster::new(3, |cfg| {
+        cfg.check_quorum = false;
+        cfg.pre_vote = false;
+        cfg.max_append_bytes = 1; // one entry per append
+    });
+    let (a, b, cc) = (0, 1, 2);
+    c.node(a).campaign();
+    c.settle();
+    assert_eq!(c.node(a).acknowledged(), LogIndex(1));
+
+    // A (term 1) appends e at index 2; nobody hears of it.
+    c.isolated.insert(a);
+    let e = c.node(a).propose(Bytes::from_static(b"e")).expect("leader");
+    c.drain(a);
+    // C wins term 2 with B's vote (A, asked too, refuses: its log is longer,
+    // and steps down) and appends its no-op; B never gets it.
+    c.node(cc).campaign();
+    let m = c.drain(cc);
+    deliver(&mut c, m, |_| true);
+    c.drain(a);
+    let m = c.drain(b);
+    deliver(&mut c, m, |m| m.to == NodeId(3));
+    assert_eq!(c.node(cc).role(), Role::Leader);
+    c.drain(cc);
+    c.isolated = HashSet::from([cc]);
+
+    // A wins term 3 with B's vote (A's log [1, e] is more up to date).
+    assert_eq!(c.node(a).role(), Role::Follower);
+    c.node(a).campaign();
+    assert_eq!(c.node(a).term(), Term(3));
+    // Exchange A <-> B until A commits; B never hears the new commit index.
+    for _ in 0..20 {
+        if c.node(a).status().commit >= LogIndex(3) {
+            break;
+        }
+        let m = c.drain(a);
+        deliver(&mut c, m, |m| m.to == NodeId(2));
+        let m = c.drain(b);
+        deliver(&mut c, m, |m| m.to == NodeId(1));
+    }
+    c.drain(a);
+    assert_eq!(c.node(a).role(), Role::Leader);
+    assert_eq!(c.wals[b].len(), 1);
+    assert_eq!(
+        c.node(a).status().commit,
+        LogIndex(3),
+        "e and A's no-op committed in memory"
+    );
+
+    // B crashes before applying; back, it is re-sent e alone and applies it.
+    c.crash(b);
+    c.start(b);
+    let noop3_held = |m: &Message| !matches!(&m.body, helix_raft::MessageBody::Append { entries, .. } if entries.iter().any(|x| x.index == LogIndex(3)));
+    for _ in 0..6 {
+        c.node(a).tick();
+        for _ in 0..6 {
+            let m = c.drain(a);
+            deliver(&mut c, m, noop3_held);
+            let m = c.drain(b);
+            deliver(&mut c, m, |_| true);
+        }
+    }
+    assert_eq!(c.wals[b].len(), 2, "B applied e (index 2) only");
+    assert_eq!(c.node(a).status().durable, LogIndex(3));
+    let fb = c
+        .node(a)
+        .status()
+        .followers
+        .into_iter()
+        .find(|f| f.node == NodeId(2))
+        .expect("B");
+    assert_eq!(fb.durable, e, "e is durable on A and B: a majority");
+    assert_eq!(
+        c.node(a).acknowledged(),
+        LogIndex(1),
+        "but e is of term 1, not A's term 3"
+    );
+
+    // Why: A and B crash; C (last term 2) wins with B's vote (last term 1).
+    c.crash(a);
+    c.crash(b);
+    c.isolated.clear();
+    c.start(b);
+    c.tick_all(60);
+    assert_eq!(c.leader(), Some(cc));
+    assert_ne!(
+        c.node(cc).term_at(e),
+        Some(Term(1)),
+        "e is gone, as it may be: never acknowledged"
+    );
+}

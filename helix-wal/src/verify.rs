@@ -1,0 +1,99 @@
+//! Verification of stored batches: whole, CRC-32C good, offsets contiguous.
+//! Used for bytes recovery trusted without re-reading (checked lazily on first
+//! read, see `segment.rs`).
+
+use crate::batch::{self, BatchError, Batches};
+
+/// What checking a chunk of a segment found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The first `bytes` bytes are whole, good batches ending at `next_offset`.
+    Good { bytes: u64, next_offset: i64 },
+    /// The batch at byte `at` of the chunk is bad.
+    Bad { at: u64, reason: String },
+}
+
+/// Checks whole batches at the start of `chunk` (which begins at a batch
+/// boundary whose base offset must be `next_offset`) until at least `want`
+/// bytes are covered or the chunk ends. A batch cut by the end of the chunk is
+/// left for the next call, unless it is the first (then it is bad: the chunk
+/// was sized to hold it).
+pub fn chunk(chunk: &[u8], mut next_offset: i64, want: u64) -> Outcome {
+    let mut at = 0u64;
+    for b in Batches::new(chunk) {
+        let (h, range) = match b {
+            Ok(x) => x,
+            Err(BatchError::Truncated { .. }) if at > 0 => break,
+            Err(e) => {
+                return Outcome::Bad {
+                    at,
+                    reason: e.to_string(),
+                };
+            }
+        };
+        if h.base_offset != next_offset {
+            return Outcome::Bad {
+                at,
+                reason: format!(
+                    "batch base offset {} where {next_offset} was expected",
+                    h.base_offset
+                ),
+            };
+        }
+        if let Err(e) = batch::verify_crc(&chunk[range]) {
+            return Outcome::Bad {
+                at,
+                reason: e.to_string(),
+            };
+        }
+        next_offset = h.next_offset();
+        at += h.total_len() as u64;
+        if at >= want {
+            break;
+        }
+    }
+    if at == 0 {
+        return Outcome::Bad {
+            at,
+            reason: "no whole batch where one was expected".into(),
+        };
+    }
+    Outcome::Good {
+        bytes: at,
+        next_offset,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::build_test_batch;
+
+    #[test]
+    fn good_batches_advance_and_a_flip_is_bad_at_its_batch() {
+        let mut buf = build_test_batch(5, 2, 0, 0, b"aaaa");
+        let first = buf.len() as u64;
+        buf.extend(build_test_batch(7, 1, 0, 0, b"bb"));
+        assert_eq!(
+            chunk(&buf, 5, u64::MAX),
+            Outcome::Good {
+                bytes: buf.len() as u64,
+                next_offset: 8
+            }
+        );
+        assert_eq!(
+            chunk(&buf, 5, 1),
+            Outcome::Good {
+                bytes: first,
+                next_offset: 7
+            }
+        );
+        let last = buf.len() - 1;
+        buf[last] ^= 1;
+        assert!(matches!(chunk(&buf, 5, u64::MAX), Outcome::Bad { at, .. } if at == first));
+        assert!(matches!(
+            chunk(&buf, 6, u64::MAX),
+            Outcome::Bad { at: 0, .. }
+        ));
+    }
+}
