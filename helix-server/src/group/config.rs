@@ -33,6 +33,10 @@ pub struct GroupConfig {
     /// How long a new member may wait in a join phase before it is dropped
     /// (Kafka's `NewMemberJoinTimeoutMs`, 5 minutes).
     pub new_member_join_timeout_ms: u64,
+    /// Helix: after this many acknowledged records a coordinator partition
+    /// writes a snapshot entry (its whole view) and the log before it is
+    /// deleted, bounding log size and replay time (Kafka compacts instead).
+    pub snapshot_after_records: u64,
 }
 
 impl Default for GroupConfig {
@@ -49,6 +53,7 @@ impl Default for GroupConfig {
             max_group_id_bytes: 255,
             max_member_metadata_bytes: 1024 * 1024,
             new_member_join_timeout_ms: 300_000,
+            snapshot_after_records: 20_000,
         }
     }
 }

@@ -20,7 +20,7 @@ use kafka_protocol::messages::{
 use super::classic::ClassicGroup;
 use super::config::GroupConfig;
 use super::error::GroupError;
-use super::record::{Record, decode_entry, encode_entry};
+use super::record::{OffsetRecord, Record, decode_entry, encode_entry};
 use super::response::{Outbox, Proposal, Ready, Waiter};
 use super::types::{
     ClientInfo, CoordinatorPartition, ProposalId, ReplyTo, RequestToken, coordinator_partition_for,
@@ -53,6 +53,9 @@ pub struct Shard {
     pub groups: BTreeMap<String, ClassicGroup>,
     /// An offset-expiry proposal is outstanding: do not propose another.
     pub retention_in_flight: bool,
+    /// Records acknowledged or replayed since the last snapshot entry.
+    pub records_since_snapshot: u64,
+    pub snapshot_in_flight: bool,
 }
 
 impl Shard {
@@ -63,6 +66,8 @@ impl Shard {
             next_member: 0,
             groups: BTreeMap::new(),
             retention_in_flight: false,
+            records_since_snapshot: 0,
+            snapshot_in_flight: false,
         }
     }
 
@@ -82,8 +87,32 @@ impl Shard {
         )
     }
 
+    /// The whole durable view as records: replaying them alone rebuilds it.
+    pub fn snapshot(&self) -> Vec<Record> {
+        let mut records = Vec::new();
+        for group in self.groups.values() {
+            if let Some(stored) = &group.stored {
+                records.push(Record::Group(stored.clone()));
+            }
+            for ((topic, partition), committed) in &group.offsets {
+                records.push(Record::Offset(OffsetRecord {
+                    group: group.id.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: committed.offset,
+                    leader_epoch: committed.leader_epoch,
+                    metadata: committed.metadata.clone(),
+                    commit_timestamp_ms: committed.commit_timestamp_ms,
+                    expire_timestamp_ms: committed.expire_timestamp_ms,
+                }));
+            }
+        }
+        records
+    }
+
     /// Applies a durable record to the view.
     pub fn apply(&mut self, record: &Record, now_ms: u64) {
+        self.records_since_snapshot = self.records_since_snapshot.saturating_add(1);
         let name = record.group();
         let group = self
             .groups
@@ -287,6 +316,17 @@ impl Coordinator {
                     shard.retention_in_flight = false;
                 }
             }
+            Waiter::Snapshot => {
+                if let Some(shard) = self.shards.get_mut(&partition) {
+                    shard.snapshot_in_flight = false;
+                    // Acknowledged: the log now starts over from it. Failed:
+                    // try again at the next tick.
+                    shard.records_since_snapshot = match result {
+                        Ok(()) => 0,
+                        Err(_) => u64::MAX,
+                    };
+                }
+            }
             Waiter::Response {
                 reply,
                 mut response,
@@ -327,10 +367,49 @@ impl Coordinator {
         for (partition, out) in outboxes {
             self.flush(partition, out);
         }
+        self.snapshot_partitions();
         if now_ms >= self.next_retention_check_ms {
             self.next_retention_check_ms =
                 now_ms.saturating_add(self.config.offsets_retention_check_interval_ms);
             self.expire_offsets(now_ms);
+        }
+    }
+
+    /// Proposes a snapshot entry for every partition that has gathered
+    /// enough records since its last one. Only when nothing else of the
+    /// partition is in flight: everything before the snapshot in the log is
+    /// then in the view, so deleting the log before it loses nothing.
+    fn snapshot_partitions(&mut self) {
+        let threshold = self.config.snapshot_after_records.max(1);
+        let busy: std::collections::BTreeSet<CoordinatorPartition> =
+            self.in_flight.values().map(|f| f.partition).collect();
+        let mut outboxes = Vec::new();
+        for (&partition, shard) in self.shards.iter_mut() {
+            if shard.loading
+                || shard.snapshot_in_flight
+                || shard.records_since_snapshot < threshold
+                || busy.contains(&partition)
+            {
+                continue;
+            }
+            // Write amplification stays below 2x: a snapshot is written only
+            // once the log since the last one is at least as long as it.
+            let live: usize = shard
+                .groups
+                .values()
+                .map(|g| g.offsets.len() + usize::from(g.stored.is_some()))
+                .sum();
+            if shard.records_since_snapshot < live as u64 {
+                continue;
+            }
+            shard.snapshot_in_flight = true;
+            shard.records_since_snapshot = 0;
+            let mut out = Outbox::default();
+            out.propose(shard.snapshot(), Waiter::Snapshot);
+            outboxes.push((partition, out));
+        }
+        for (partition, out) in outboxes {
+            self.flush(partition, out);
         }
     }
 
@@ -341,10 +420,12 @@ impl Coordinator {
             self.next_proposal += 1;
             let id = ProposalId(self.next_proposal);
             let entry = encode_entry(&pending.records);
+            let compacts = matches!(pending.waiter, Waiter::Snapshot);
             self.ready.proposals.push(Proposal {
                 id,
                 partition,
                 entry,
+                compacts,
             });
             self.in_flight.insert(
                 id,

@@ -47,6 +47,9 @@ pub struct Proposal {
     pub id: ProposalId,
     pub partition: CoordinatorPartition,
     pub entry: Bytes,
+    /// A snapshot of the partition's whole view: once it is acknowledged,
+    /// the host deletes the partition's log before it (DeleteRecords).
+    pub compacts: bool,
 }
 
 /// Everything the host must act on after an input, in order: send the
@@ -70,6 +73,8 @@ pub enum Waiter {
     Nothing,
     /// Offset expiry of a partition: clears its in-flight mark.
     Retention,
+    /// A snapshot entry: clears its in-flight mark.
+    Snapshot,
     /// An OffsetCommit or OffsetDelete answer, already filled in with the
     /// per-partition outcome of validation.
     Response {

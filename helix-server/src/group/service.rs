@@ -307,19 +307,29 @@ async fn propose(
     mut proposals: mpsc::UnboundedReceiver<Proposal>,
     backpressure: Backpressure,
 ) {
-    let (done_tx, mut done_rx) =
-        mpsc::unbounded_channel::<(ProposalId, Option<oneshot::Receiver<ProduceOutcome>>)>();
+    type Outcome = (ProposalId, bool, Option<oneshot::Receiver<ProduceOutcome>>);
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Outcome>();
     let reporter = service.clone();
+    let log = partition.clone();
     tokio::spawn(async move {
-        while let Some((id, waiting)) = done_rx.recv().await {
+        while let Some((id, compacts, waiting)) = done_rx.recv().await {
             let acknowledged = match waiting {
-                Some(rx) => matches!(rx.await, Ok(Ok(_))),
-                None => false,
+                Some(rx) => match rx.await {
+                    Ok(Ok(ack)) => Some(ack.base_offset),
+                    _ => None,
+                },
+                None => None,
             };
+            if let (true, Some(snapshot_offset)) = (compacts, acknowledged) {
+                // Everything before the snapshot entry is in it.
+                if let Err(error) = log.delete_records(snapshot_offset).await {
+                    tracing::warn!(%error, "could not compact a coordinator partition");
+                }
+            }
             let Some(service) = reporter.upgrade() else {
                 return;
             };
-            service.settle(id, acknowledged);
+            service.settle(id, acknowledged.is_some());
         }
     });
     while let Some(proposal) = proposals.recv().await {
@@ -327,7 +337,10 @@ async fn propose(
         if let Err(error) = &waiting {
             tracing::warn!(partition = %proposal.partition, %error, "coordinator proposal failed");
         }
-        if done_tx.send((proposal.id, waiting.ok())).is_err() {
+        if done_tx
+            .send((proposal.id, proposal.compacts, waiting.ok()))
+            .is_err()
+        {
             return;
         }
     }

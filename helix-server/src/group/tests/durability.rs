@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use kafka_protocol::messages::*;
 
 use super::harness::*;
+use crate::group::GroupConfig;
 use crate::group::classic::CommittedOffset;
 use crate::group::{
     Coordinator, CoordinatorPartition, GroupRecord, GroupRequest, GroupResponse, Record,
@@ -221,4 +222,87 @@ fn a_partition_not_hosted_here_answers_not_coordinator() {
     assert_eq!(h.join_response(join).error_code, NOT_COORDINATOR);
     let commit = h.commit("g", "", -1, "t", 0, 1);
     assert_eq!(h.commit_codes(commit), vec![NOT_COORDINATOR]);
+}
+
+/// What a partition's log holds after the host deleted everything before
+/// its last snapshot entry, in log order across partitions.
+fn compacted_log(h: &Harness) -> Vec<(CoordinatorPartition, bytes::Bytes)> {
+    let mut start: BTreeMap<CoordinatorPartition, usize> = BTreeMap::new();
+    for &index in &h.snapshots {
+        start.insert(h.log[index].0, index);
+    }
+    h.log
+        .iter()
+        .enumerate()
+        .filter(|(index, (partition, _))| start.get(partition).is_none_or(|first| index >= first))
+        .map(|(_, entry)| entry.clone())
+        .collect()
+}
+
+#[test]
+fn snapshots_bound_the_log_and_replaying_from_the_last_one_rebuilds_the_view() {
+    let small = GroupConfig {
+        snapshot_after_records: 5,
+        ..config()
+    };
+    let mut h = Harness::new(small.clone());
+    busy_history(&mut h);
+    h.advance(1);
+    let (member, generation) = stable_single(&mut h, "late");
+    for offset in 0..30 {
+        h.commit(
+            "late",
+            &member,
+            generation,
+            "orders",
+            offset % 3,
+            offset as i64,
+        );
+        h.advance(1);
+    }
+    assert!(
+        h.snapshots.len() >= 3,
+        "snapshots were written: {:?}",
+        h.snapshots
+    );
+    let kept = compacted_log(&h);
+    assert!(
+        kept.len() < h.log.len() / 2,
+        "compaction drops most of the log: {} of {}",
+        kept.len(),
+        h.log.len()
+    );
+    let mut fresh = Coordinator::new(small.clone());
+    for p in 0..small.coordinator_partitions {
+        fresh.begin_load(CoordinatorPartition(p));
+    }
+    for (partition, entry) in &kept {
+        fresh.replay(*partition, entry, h.now).expect("replay");
+    }
+    for p in 0..small.coordinator_partitions {
+        fresh.finish_load(CoordinatorPartition(p), 2, h.now);
+    }
+    assert_eq!(view(&fresh), view(&h.coordinator));
+}
+
+#[test]
+fn no_snapshot_is_taken_while_a_proposal_of_its_partition_is_in_flight() {
+    let mut h = Harness::new(GroupConfig {
+        snapshot_after_records: 1,
+        ..config()
+    });
+    let (member, generation) = stable_single(&mut h, "g");
+    h.hold = true;
+    h.commit("g", &member, generation, "orders", 0, 1);
+    h.advance(1);
+    assert!(
+        h.held.iter().all(|p| !p.compacts),
+        "a snapshot would miss the held commit"
+    );
+    h.release();
+    h.advance(1);
+    assert!(!h.snapshots.is_empty());
+    let last = *h.snapshots.last().expect("a snapshot");
+    assert_eq!(h.log[last].0, h.coordinator.partition_for("g"));
+    assert_eq!(h.fetch("g", "orders", &[0]).1[0].0, 1);
 }

@@ -46,6 +46,9 @@ pub struct Harness {
     pub replies: BTreeMap<RequestToken, (i16, GroupResponse)>,
     /// Acknowledged entries in log order, per partition.
     pub log: Vec<(CoordinatorPartition, Bytes)>,
+    /// Indexes into `log` of snapshot entries (the host deletes the
+    /// partition's log before each).
+    pub snapshots: Vec<usize>,
     /// When set, proposals wait in `held` instead of being acknowledged.
     pub hold: bool,
     pub held: Vec<Proposal>,
@@ -65,6 +68,7 @@ impl Harness {
             next_token: 0,
             replies: BTreeMap::new(),
             log: Vec::new(),
+            snapshots: Vec::new(),
             hold: false,
             held: Vec::new(),
         };
@@ -95,6 +99,9 @@ impl Harness {
     }
 
     fn acknowledge(&mut self, proposal: Proposal) {
+        if proposal.compacts {
+            self.snapshots.push(self.log.len());
+        }
         self.log.push((proposal.partition, proposal.entry.clone()));
         self.coordinator.on_acknowledged(proposal.id, self.now);
     }
