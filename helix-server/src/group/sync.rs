@@ -266,10 +266,10 @@ impl Coordinator {
     ) -> Result<Vec<i16>, GroupError> {
         let config = self.config.clone();
         let (_, shard) = self.shard_of(group_id)?;
-        let group = shard
-            .groups
-            .get_mut(group_id)
-            .ok_or(GroupError::UnknownMemberId)?;
+        let Some(group) = shard.groups.get_mut(group_id) else {
+            // As Kafka: an unknown group answers each member UNKNOWN_MEMBER_ID.
+            return Ok(vec![GroupError::UnknownMemberId.code(); identities.len()]);
+        };
         if group.state == GroupState::Dead {
             return Err(GroupError::CoordinatorNotAvailable);
         }

@@ -340,4 +340,12 @@ fn last_member_leaving_empties_the_group_in_a_new_generation_that_is_stored() {
         (generation + 1, 0)
     );
     assert_eq!(h.leave("g", &a).members[0].error_code, UNKNOWN_MEMBER_ID);
+    let unknown_group = h.leave("nope", &a);
+    assert_eq!(
+        (
+            unknown_group.error_code,
+            unknown_group.members[0].error_code
+        ),
+        (0, UNKNOWN_MEMBER_ID)
+    );
 }
