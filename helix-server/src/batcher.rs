@@ -91,6 +91,9 @@ pub struct Batcher {
     /// A request that did not fit the previous batch, or a control command
     /// that must follow it.
     carry: Option<PartitionCommand>,
+    /// When the previous batch was closed: a partition that saw one less
+    /// than a linger ago is busy and lingers; an idle one proposes at once.
+    last_batch: Option<tokio::time::Instant>,
 }
 
 impl Batcher {
@@ -99,6 +102,7 @@ impl Batcher {
             rx,
             limits,
             carry: None,
+            last_batch: None,
         }
     }
 
@@ -112,13 +116,22 @@ impl Batcher {
             PartitionCommand::Produce(p) => p,
             other => return Some(Work::Control(other)),
         };
-        let deadline = tokio::time::Instant::now() + self.limits.linger;
+        let now = tokio::time::Instant::now();
+        let deadline = now + self.limits.linger;
+        // Lingering only pays when more requests are coming: on a partition
+        // idle for a whole linger a lone request is proposed at once (the
+        // linger is an upper bound, "up to 1 ms"), saving a timer tick of
+        // latency; a busy partition waits for company.
+        let busy = self
+            .last_batch
+            .is_some_and(|t| now.duration_since(t) < self.limits.linger);
         let mut bytes = first.size;
         let mut batch = vec![first];
         while batch.len() < self.limits.max_requests && bytes < self.limits.max_bytes {
             let next = match self.rx.try_recv() {
                 Ok(c) => c,
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Err(mpsc::error::TryRecvError::Empty) if !busy => break,
                 Err(mpsc::error::TryRecvError::Empty) => {
                     match tokio::time::timeout_at(deadline, self.rx.recv()).await {
                         Ok(Some(c)) => c,
@@ -137,6 +150,7 @@ impl Batcher {
                 }
             }
         }
+        self.last_batch = Some(tokio::time::Instant::now());
         Some(Work::Produce(batch))
     }
 }
@@ -254,6 +268,47 @@ mod tests {
             other => panic!("expected the carried request, got {other:?}"),
         }
         assert!(b.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_partition_proposes_at_once_and_a_busy_one_lingers() {
+        let bp = Backpressure::new(100, 1 << 20);
+        let (tx, rx) = mpsc::channel(16);
+        let linger = Duration::from_millis(5);
+        let limits = BatchLimits {
+            linger,
+            max_bytes: 1 << 20,
+            max_requests: 10,
+        };
+        let mut b = Batcher::new(rx, limits);
+        let start = tokio::time::Instant::now();
+        tx.send(PartitionCommand::Produce(pending(&bp, b"a")))
+            .await
+            .expect("send");
+        assert!(matches!(b.next().await, Some(Work::Produce(v)) if v.len() == 1));
+        assert_eq!(
+            tokio::time::Instant::now(),
+            start,
+            "no linger on an idle partition"
+        );
+        // Right after a batch the partition is busy: the next lone request
+        // waits the linger for company (virtual time, no real sleep).
+        let sender = tx.clone();
+        let later = pending(&bp, b"c");
+        tx.send(PartitionCommand::Produce(pending(&bp, b"b")))
+            .await
+            .expect("send");
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            sender
+                .send(PartitionCommand::Produce(later))
+                .await
+                .expect("send");
+        });
+        assert!(
+            matches!(b.next().await, Some(Work::Produce(v)) if v.len() == 2),
+            "the late request joined"
+        );
     }
 
     #[tokio::test]
