@@ -5,4 +5,5 @@ mod durability;
 mod harness;
 mod membership;
 mod offsets_admin;
+mod simulation;
 mod versions;
