@@ -63,6 +63,8 @@ pub struct Broker {
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// A stable id of this single-node cluster.
     pub cluster_id: String,
+    /// The consumer-group coordinator and its coordinator partitions.
+    pub groups: Arc<crate::group::service::GroupService>,
 }
 
 /// How often retention is applied to every partition.
@@ -105,8 +107,16 @@ impl Broker {
             next_producer_id: end,
             producer_id_block_end: end,
         };
+        let backpressure = Backpressure::new(config.max_pending_requests, config.max_pending_bytes);
+        let groups = crate::group::service::GroupService::open(
+            &config,
+            &backpressure,
+            logs.sync_group.clone(),
+            logs.file_budget.clone(),
+        )?;
         Ok(Arc::new(Broker {
-            backpressure: Backpressure::new(config.max_pending_requests, config.max_pending_bytes),
+            backpressure,
+            groups,
             config,
             logs,
             admin: tokio::sync::Mutex::new(admin),
@@ -360,6 +370,7 @@ impl Broker {
                 p.close().await;
             }
         }
+        self.groups.close().await;
     }
 
     fn install(&self, topic: Arc<Topic>) {

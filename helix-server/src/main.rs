@@ -6,6 +6,7 @@ mod broker;
 mod config;
 mod controller;
 mod error;
+mod group;
 mod kafka;
 mod metrics;
 mod partition;

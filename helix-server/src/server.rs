@@ -54,8 +54,10 @@ impl DataDirLock {
 /// Runs the broker until a shutdown signal.
 pub async fn run(config: Config) -> Result<()> {
     let _lock = DataDirLock::acquire(&config)?;
-    let listener = TcpListener::bind(config.listen).await?;
+    // Open (and replay) everything before binding: a client that can
+    // connect finds a broker that is ready and handles SIGTERM.
     let broker = Broker::open(config)?;
+    let listener = TcpListener::bind(broker.config.listen).await?;
     tracing::info!(
         listen = %broker.config.listen,
         advertised = %broker.config.advertised,

@@ -44,6 +44,7 @@ pub fn range(key: ApiKey) -> Option<(i16, i16)> {
         .iter()
         .find(|(k, _, _)| *k == key)
         .map(|(_, lo, hi)| (*lo, *hi))
+        .or_else(|| crate::group::wire::range(key))
 }
 
 /// Whether a request of this version is decoded and answered.
@@ -65,11 +66,13 @@ pub fn response(unsupported: bool) -> ApiVersionsResponse {
     };
     r.api_keys = SUPPORTED
         .iter()
+        .copied()
+        .chain(crate::group::wire::advertised())
         .map(|(k, lo, hi)| {
             let mut v = ApiVersion::default();
-            v.api_key = *k as i16;
-            v.min_version = *lo;
-            v.max_version = *hi;
+            v.api_key = k as i16;
+            v.min_version = lo;
+            v.max_version = hi;
             v
         })
         .collect();

@@ -144,7 +144,12 @@ pub async fn start(
                     records::offset_for_leader_epoch(&b, req),
                 ))
             }),
-            other => return Err(Close(format!("no handler for {other:?}"))),
+            other => {
+                let call = crate::group::wire::classify(other)
+                    .map_err(|other| Close(format!("no handler for {other:?}")))?;
+                let client_id = header.client_id.as_deref().unwrap_or_default().to_string();
+                Box::pin(async move { respond(b.groups.call(call, version, client_id).await?) })
+            }
         };
     Ok(pending)
 }

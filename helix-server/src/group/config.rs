@@ -1,0 +1,59 @@
+//! The coordinator's settings, each with Kafka's name and default unless
+//! noted (docs/groups.md lists them). Every limit here bounds memory or a
+//! record's size; none is unbounded.
+
+/// Settings of the group coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// Number of internal coordinator partitions group ids hash to
+    /// (`offsets.topic.num.partitions`, Kafka: 50). Fixed for the life of a
+    /// cluster: it decides where each group's records live.
+    pub coordinator_partitions: u32,
+    /// `group.min.session.timeout.ms` (Kafka: 6000).
+    pub min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms` (Kafka: 1800000).
+    pub max_session_timeout_ms: i32,
+    /// `group.initial.rebalance.delay.ms`. Kafka's default is 3000; Helix
+    /// defaults to 0 so a single consumer starts at once (ADR 0020).
+    pub initial_rebalance_delay_ms: u64,
+    /// `group.max.size`. Kafka's default is unbounded; Helix bounds it so a
+    /// group's record stays a sensible Raft entry.
+    pub max_group_size: usize,
+    /// `offsets.retention.minutes` in ms (Kafka: 7 days).
+    pub offsets_retention_ms: u64,
+    /// `offsets.retention.check.interval.ms` (Kafka: 600000).
+    pub offsets_retention_check_interval_ms: u64,
+    /// `offset.metadata.max.bytes` (Kafka: 4096).
+    pub max_offset_metadata_bytes: usize,
+    /// Helix: longest group id accepted, in bytes (INVALID_GROUP_ID above).
+    pub max_group_id_bytes: usize,
+    /// Helix: largest protocol metadata (all protocols of one JoinGroup) or
+    /// assignment (one member's, in SyncGroup) accepted, in bytes.
+    pub max_member_metadata_bytes: usize,
+    /// How long a new member may wait in a join phase before it is dropped
+    /// (Kafka's `NewMemberJoinTimeoutMs`, 5 minutes).
+    pub new_member_join_timeout_ms: u64,
+    /// Helix: after this many acknowledged records a coordinator partition
+    /// writes a snapshot entry (its whole view) and the log before it is
+    /// deleted, bounding log size and replay time (Kafka compacts instead).
+    pub snapshot_after_records: u64,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            coordinator_partitions: 50,
+            min_session_timeout_ms: 6_000,
+            max_session_timeout_ms: 1_800_000,
+            initial_rebalance_delay_ms: 0,
+            max_group_size: 1_000,
+            offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
+            offsets_retention_check_interval_ms: 600_000,
+            max_offset_metadata_bytes: 4096,
+            max_group_id_bytes: 255,
+            max_member_metadata_bytes: 1024 * 1024,
+            new_member_join_timeout_ms: 300_000,
+            snapshot_after_records: 20_000,
+        }
+    }
+}

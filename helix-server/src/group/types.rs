@@ -1,0 +1,82 @@
+//! Identifiers and positions the coordinator hands to and receives from its
+//! host. Newtypes keep a request token from being mistaken for a proposal id.
+
+use std::fmt;
+
+/// The host's handle for one request whose response may be deferred. The
+/// coordinator returns it in a [`super::Reply`]; it never interprets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestToken(pub u64);
+
+/// One proposal of coordinator records to a coordinator partition's Raft
+/// group. The host reports its fate with `on_acknowledged` / `on_proposal_failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProposalId(pub u64);
+
+/// An internal coordinator partition (one Raft group) that owns a fixed
+/// share of group ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CoordinatorPartition(pub u32);
+
+impl fmt::Display for CoordinatorPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "coordinator-{}", self.0)
+    }
+}
+
+/// Where the coordinator's output for a request goes, and in which shape:
+/// the token names the request, the version the response's wire version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyTo {
+    pub token: RequestToken,
+    pub version: i16,
+}
+
+/// What the connection knows about the client that the group needs
+/// (DescribeGroups shows it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientInfo {
+    pub client_id: String,
+    pub client_host: String,
+}
+
+/// Maps a group id to its coordinator partition. Java's `String.hashCode`
+/// over UTF-16 code units, as Kafka's `__consumer_offsets` placement does, so
+/// the spread of real group names matches what operators know. It is part of
+/// the durable layout: changing it moves groups between partitions.
+pub fn coordinator_partition_for(group_id: &str, partitions: u32) -> CoordinatorPartition {
+    let mut hash: i32 = 0;
+    for unit in group_id.encode_utf16() {
+        hash = hash.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    // Kafka's Utils.abs: i32::MIN maps to 0 rather than overflowing.
+    let positive = if hash == i32::MIN {
+        0
+    } else {
+        hash.unsigned_abs()
+    };
+    CoordinatorPartition(positive % partitions.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_matches_java_string_hash_code() {
+        // "group".hashCode() == 98629247 in Java.
+        assert_eq!(
+            coordinator_partition_for("group", 50),
+            CoordinatorPartition(98629247 % 50)
+        );
+        assert_eq!(coordinator_partition_for("", 50), CoordinatorPartition(0));
+        assert_eq!(
+            coordinator_partition_for("anything", 1),
+            CoordinatorPartition(0)
+        );
+        assert_eq!(
+            coordinator_partition_for("anything", 0),
+            CoordinatorPartition(0)
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! Between the broker's Kafka dispatch and the coordinator: which decoded
+//! requests are group calls, responses back into the dispatch's enum,
+//! FindCoordinator (every group is coordinated by this node while it runs
+//! every coordinator partition), and the version ranges ApiVersions adds.
+
+use kafka_protocol::messages::find_coordinator_response::Coordinator as KeyCoordinator;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestKind, ResponseKind,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::coordinator::GroupRequest;
+use super::error::{GroupError, NONE};
+use super::response::{GroupResponse, str_bytes};
+use super::versions::SUPPORTED_VERSIONS;
+
+/// FindCoordinator versions served: v4+ carry batched coordinator keys.
+pub const FIND_COORDINATOR_VERSIONS: (i16, i16) = (0, 6);
+/// FindCoordinator's key type for consumer groups (1 is transactions).
+const KEY_TYPE_GROUP: i8 = 0;
+
+/// A request the group service answers.
+#[derive(Debug)]
+pub enum GroupCall {
+    Coordinator(GroupRequest),
+    FindCoordinator(FindCoordinatorRequest),
+}
+
+/// Every (api, min, max) the group service adds to ApiVersions.
+pub fn advertised() -> impl Iterator<Item = (ApiKey, i16, i16)> {
+    let (min, max) = FIND_COORDINATOR_VERSIONS;
+    SUPPORTED_VERSIONS
+        .iter()
+        .copied()
+        .chain([(ApiKey::FindCoordinator, min, max)])
+}
+
+/// The advertised range of `key`, if the group service serves it.
+pub fn range(key: ApiKey) -> Option<(i16, i16)> {
+    advertised()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, min, max)| (min, max))
+}
+
+/// Sorts a decoded request: a group call, or back to the caller.
+pub fn classify(kind: RequestKind) -> Result<GroupCall, Box<RequestKind>> {
+    let request = match kind {
+        RequestKind::JoinGroup(r) => GroupRequest::JoinGroup(r),
+        RequestKind::SyncGroup(r) => GroupRequest::SyncGroup(r),
+        RequestKind::Heartbeat(r) => GroupRequest::Heartbeat(r),
+        RequestKind::LeaveGroup(r) => GroupRequest::LeaveGroup(r),
+        RequestKind::OffsetCommit(r) => GroupRequest::OffsetCommit(r),
+        RequestKind::OffsetFetch(r) => GroupRequest::OffsetFetch(r),
+        RequestKind::ListGroups(r) => GroupRequest::ListGroups(r),
+        RequestKind::DescribeGroups(r) => GroupRequest::DescribeGroups(r),
+        RequestKind::DeleteGroups(r) => GroupRequest::DeleteGroups(r),
+        RequestKind::OffsetDelete(r) => GroupRequest::OffsetDelete(r),
+        RequestKind::FindCoordinator(r) => return Ok(GroupCall::FindCoordinator(r)),
+        other => return Err(Box::new(other)),
+    };
+    Ok(GroupCall::Coordinator(request))
+}
+
+impl GroupResponse {
+    pub fn into_kind(self) -> ResponseKind {
+        match self {
+            GroupResponse::JoinGroup(r) => ResponseKind::JoinGroup(r),
+            GroupResponse::SyncGroup(r) => ResponseKind::SyncGroup(r),
+            GroupResponse::Heartbeat(r) => ResponseKind::Heartbeat(r),
+            GroupResponse::LeaveGroup(r) => ResponseKind::LeaveGroup(r),
+            GroupResponse::OffsetCommit(r) => ResponseKind::OffsetCommit(r),
+            GroupResponse::OffsetFetch(r) => ResponseKind::OffsetFetch(r),
+            GroupResponse::ListGroups(r) => ResponseKind::ListGroups(r),
+            GroupResponse::DescribeGroups(r) => ResponseKind::DescribeGroups(r),
+            GroupResponse::DeleteGroups(r) => ResponseKind::DeleteGroups(r),
+            GroupResponse::OffsetDelete(r) => ResponseKind::OffsetDelete(r),
+        }
+    }
+}
+
+/// Where a node is reached (its advertised address).
+#[derive(Debug, Clone)]
+pub struct NodeAddress {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+impl NodeAddress {
+    /// From `HOST:PORT` (the broker's advertised address).
+    pub fn parse(node_id: i32, advertised: &str) -> Option<NodeAddress> {
+        let (host, port) = advertised.rsplit_once(':')?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        Some(NodeAddress {
+            node_id,
+            host: host.to_owned(),
+            port: port.parse().ok()?,
+        })
+    }
+}
+
+/// FindCoordinator: this node for every group key; transaction and share
+/// coordinators do not exist here (COORDINATOR_NOT_AVAILABLE).
+pub fn find_coordinator(
+    request: &FindCoordinatorRequest,
+    version: i16,
+    node: &NodeAddress,
+) -> FindCoordinatorResponse {
+    let answer = |key: &str| -> (i16, Option<&'static str>) {
+        if request.key_type != KEY_TYPE_GROUP {
+            (
+                GroupError::CoordinatorNotAvailable.code(),
+                Some("only group coordinators exist"),
+            )
+        } else if key.is_empty() {
+            (GroupError::InvalidGroupId.code(), Some("empty group id"))
+        } else {
+            (NONE, None)
+        }
+    };
+    let mut response = FindCoordinatorResponse::default();
+    if version >= 4 {
+        response.coordinators = request
+            .coordinator_keys
+            .iter()
+            .map(|key| {
+                let (code, message) = answer(key);
+                KeyCoordinator::default()
+                    .with_key(key.clone())
+                    .with_node_id(BrokerId(if code == NONE { node.node_id } else { -1 }))
+                    .with_host(str_bytes(if code == NONE { &node.host } else { "" }))
+                    .with_port(if code == NONE { node.port } else { -1 })
+                    .with_error_code(code)
+                    .with_error_message(message.map(StrBytes::from_static_str))
+            })
+            .collect();
+        return response;
+    }
+    let (code, message) = answer(&request.key);
+    response.error_code = code;
+    response.node_id = BrokerId(if code == NONE { node.node_id } else { -1 });
+    response.host = str_bytes(if code == NONE { &node.host } else { "" });
+    response.port = if code == NONE { node.port } else { -1 };
+    if version >= 1 {
+        response.error_message = message.map(StrBytes::from_static_str);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use kafka_protocol::protocol::{Decodable, Encodable};
+
+    use super::*;
+
+    #[test]
+    fn find_coordinator_answers_this_node_at_every_version() {
+        let node = NodeAddress::parse(7, "127.0.0.1:9092").expect("address");
+        let (min, max) = FIND_COORDINATOR_VERSIONS;
+        for version in min..=max {
+            let mut request = FindCoordinatorRequest::default();
+            if version >= 4 {
+                request.coordinator_keys = vec![str_bytes("a"), str_bytes("b")];
+            } else {
+                request.key = str_bytes("a");
+            }
+            let response = find_coordinator(&request, version, &node);
+            let mut buf = BytesMut::new();
+            response.encode(&mut buf, version).expect("encodes");
+            let decoded =
+                FindCoordinatorResponse::decode(&mut buf.freeze(), version).expect("decodes");
+            if version >= 4 {
+                assert_eq!(decoded.coordinators.len(), 2);
+                assert!(
+                    decoded
+                        .coordinators
+                        .iter()
+                        .all(|c| c.node_id.0 == 7 && c.port == 9092 && c.error_code == 0)
+                );
+            } else {
+                assert_eq!(
+                    (decoded.node_id.0, decoded.host.as_str(), decoded.port),
+                    (7, "127.0.0.1", 9092)
+                );
+            }
+        }
+        let transactions = FindCoordinatorRequest::default()
+            .with_key(str_bytes("tx"))
+            .with_key_type(1);
+        assert_eq!(find_coordinator(&transactions, 3, &node).error_code, 15);
+    }
+}
