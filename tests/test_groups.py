@@ -1,0 +1,210 @@
+"""Consumer groups (issue 13): the classic group protocol with real clients.
+
+Deselected by default (marker `groups`, see pytest.ini) until the broker
+implements groups; run with `-m groups`. Validated against Apache Kafka 3.9.1.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from kafka import KafkaAdminClient
+
+import clients
+
+pytestmark = pytest.mark.groups
+
+
+def produce_n(broker, topic: str, n: int, partitions: int) -> None:
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, partition=i % partitions, key=b"%d" % i, value=b"%06d" % i)
+    assert p.flush(60) == 0
+
+
+def group_consumer(broker, group: str, **extra) -> Consumer:
+    conf = {
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+    }
+    conf.update(extra)
+    return Consumer(conf)
+
+
+def poll_until(consumers: list[Consumer], done, timeout: float = 60.0, sink: list | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in consumers:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None and sink is not None:
+                sink.append(m)
+            elif m is not None and m.error() and m.error().code() != KafkaError._PARTITION_EOF:
+                raise AssertionError(f"consumer error: {m.error()}")
+        if done():
+            return
+    raise AssertionError("condition not reached in time")
+
+
+def assigned(c: Consumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_three_consumers_share_six_partitions_then_two_take_over(broker, topic, strategy):
+    clients.create_topic(broker.bootstrap, topic, 6)
+    produce_n(broker, topic, 600, 6)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    cs = [group_consumer(broker, group, **{"partition.assignment.strategy": strategy}) for _ in range(3)]
+    try:
+        for c in cs:
+            c.subscribe([topic])
+        poll_until(cs, lambda: all(len(assigned(c)) == 2 for c in cs))
+        parts = [assigned(c) for c in cs]
+        assert set().union(*parts) == set(range(6)) and sum(len(p) for p in parts) == 6
+        cs[0].close()
+        rest = cs[1:]
+        poll_until(rest, lambda: all(len(assigned(c)) == 3 for c in rest))
+        assert assigned(rest[0]) | assigned(rest[1]) == set(range(6))
+    finally:
+        for c in cs[1:]:
+            c.close()
+
+
+def test_committed_offsets_resume_exactly(broker, topic):
+    clients.create_topic(broker.bootstrap, topic, 2)
+    produce_n(broker, topic, 400, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    first = group_consumer(broker, group)
+    got: list = []
+    try:
+        first.subscribe([topic])
+        poll_until([first], lambda: len(got) >= 150, sink=got)
+        first.commit(asynchronous=False)
+        committed = {tp.partition: tp.offset for tp in first.committed(
+            [TopicPartition(topic, p) for p in range(2)], timeout=30)}
+    finally:
+        first.close()
+    consumed_before = {(m.partition(), m.offset()) for m in got}
+    for p in range(2):
+        read = [o for pp, o in consumed_before if pp == p]
+        if read:
+            assert committed[p] == max(read) + 1, (p, committed)
+        else:
+            assert committed[p] < 0, f"partition {p} never read but committed at {committed[p]}"
+
+    second = group_consumer(broker, group)
+    rest: list = []
+    try:
+        second.subscribe([topic])
+        poll_until([second], lambda: len(rest) >= 400 - len(got), sink=rest)
+    finally:
+        second.close()
+    after = {(m.partition(), m.offset()) for m in rest}
+    assert not consumed_before & after, "records read again after a clean commit"
+    assert len(consumed_before | after) == 400, "records skipped"
+
+
+def test_static_member_rejoins_without_rebalancing_others(broker, topic):
+    clients.create_topic(broker.bootstrap, topic, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    revoked_b = []
+    a = group_consumer(broker, group, **{"group.instance.id": "a", "session.timeout.ms": 15000})
+    b = group_consumer(broker, group, **{"group.instance.id": "b", "session.timeout.ms": 15000})
+    a2 = None
+    try:
+        a.subscribe([topic])
+        b.subscribe([topic], on_revoke=lambda c, ps: revoked_b.append(ps))
+        poll_until([a, b], lambda: len(assigned(a)) == 2 and len(assigned(b)) == 2)
+        a_parts = assigned(a)
+        revoked_b.clear()
+        a.close()  # a static member does not leave the group on close
+        a2 = group_consumer(broker, group, **{"group.instance.id": "a", "session.timeout.ms": 15000})
+        a2.subscribe([topic])
+        poll_until([a2, b], lambda: len(assigned(a2)) == 2, timeout=30)
+        assert assigned(a2) == a_parts
+        assert not revoked_b, f"the other member was rebalanced: {revoked_b}"
+    finally:
+        b.close()
+        if a2 is not None:
+            a2.close()
+
+
+def test_kcat_balanced_consumers_read_every_record_once(broker, topic):
+    clients.create_topic(broker.bootstrap, topic, 4)
+    produce_n(broker, topic, 2000, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    cmd = ["kcat", "-b", broker.bootstrap, "-G", group, "-e", "-q", "-f", "%p %o\n",
+           "-X", "auto.offset.reset=earliest", topic]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err.decode(errors="replace")
+    seen = [tuple(map(int, line.split())) for out, _ in outs for line in out.splitlines()]
+    assert len(seen) == len(set(seen)), "a record was read twice"
+    assert len(seen) == 2000
+
+
+def test_kafka_python_admin_lists_describes_and_deletes_groups(broker, topic):
+    clients.create_topic(broker.bootstrap, topic, 2)
+    produce_n(broker, topic, 100, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = group_consumer(broker, group)
+    a = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        c.subscribe([topic])
+        got: list = []
+        poll_until([c], lambda: len(got) >= 100, sink=got)
+        c.commit(asynchronous=False)
+        states = {g["group_id"]: g["group_state"] for g in a.list_groups()}
+        assert states.get(group) == "Stable", states.get(group)
+        desc = a.describe_groups([group])[group]
+        assert desc["group_state"] == "Stable" and desc["protocol_type"] == "consumer"
+        (member,) = desc["members"]
+        assert member["member_metadata"]["topics"] == [topic]
+        (assignment,) = member["member_assignment"]["assigned_partitions"]
+        assert assignment["topic"] == topic and sorted(assignment["partitions"]) == [0, 1]
+        offsets = a.list_group_offsets(group)[group]
+        assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 50, 1: 50}
+    finally:
+        c.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = {g["group_id"]: g["group_state"] for g in a.list_groups()}.get(group)
+        if state == "Empty":
+            break
+        time.sleep(0.2)
+    assert a.delete_groups([group]) == {group: "OK"}
+    assert group not in {g["group_id"] for g in a.list_groups()}
+    a.close()
+
+
+@pytest.mark.managed
+def test_commits_survive_kill9(fresh_broker, topic):
+    b = fresh_broker
+    clients.create_topic(b.bootstrap, topic, 2)
+    produce_n(b, topic, 200, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = group_consumer(b, group)
+    got: list = []
+    c.subscribe([topic])
+    poll_until([c], lambda: len(got) >= 120, sink=got)
+    c.commit(asynchronous=False)
+    committed = {tp.partition: tp.offset for tp in c.committed(
+        [TopicPartition(topic, p) for p in range(2)], timeout=30)}
+    b.kill9()
+    c.close()
+    b.start()
+    c2 = group_consumer(b, group)
+    try:
+        got2 = c2.committed([TopicPartition(topic, p) for p in range(2)], timeout=60)
+        assert {tp.partition: tp.offset for tp in got2} == committed
+    finally:
+        c2.close()
