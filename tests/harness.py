@@ -208,12 +208,14 @@ class HelixBroker(ManagedBroker):
             "--advertised", addr,
             "--data-dir", str(self.data_dir),
             "--node-id", "1",
+            "--auto-create-topics", "true",
         ]
         return cmd + shlex.split(os.environ.get("HELIX_SERVER_ARGS", ""))
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info")
+        env.setdefault("NO_COLOR", "1")
         return env
 
 
