@@ -111,7 +111,12 @@ def test_admin_describe_broker_configs(broker):
         res = a.describe_configs([ConfigResource(ConfigResourceType.BROKER, node)], config_filter="all")
         configs = res["broker"][node]
         # The broker-wide defaults its topics inherit, with real values.
-        assert configs["log.retention.hours"]["value"] or configs["log.retention.ms"]["value"], configs
+        ms = configs.get("log.retention.ms", {}).get("value")
+        hours = configs.get("log.retention.hours", {}).get("value")
+        retention_ms = int(ms) if ms is not None else int(hours) * 3_600_000
+        assert retention_ms == -1 or retention_ms > 0, configs
+        assert broker.bootstrap in configs["advertised.listeners"]["value"]
+        assert int(configs["message.max.bytes"]["value"]) > 0
         assert int(configs["num.partitions"]["value"]) >= 1
         assert configs["auto.create.topics.enable"]["value"] == "true"
     finally:
