@@ -101,8 +101,8 @@ class Broker:
     def log_tail(self, lines: int = 60) -> str:
         return tail(self.log, lines)
 
-    def stop(self) -> None:
-        pass
+    def stop(self) -> int | None:
+        return None
 
 
 class ExternalBroker(Broker):
@@ -131,7 +131,9 @@ class ManagedBroker(Broker):
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
-    def command(self) -> list[str]:
+    def command(self, port: int | None = None) -> list[str]:
+        """The broker's command line; `port` overrides the listener port (used
+        to start a second instance on the same data directory)."""
         raise NotImplementedError
 
     def prepare(self) -> None:
@@ -179,10 +181,11 @@ class ManagedBroker(Broker):
         self.kill9()
         self.start()
 
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within 20 s."""
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL if it has not exited within 20 s. Returns the
+        exit code (negative: killed by that signal), None if not running."""
         if self.proc is None:
-            return
+            return None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -190,7 +193,9 @@ class ManagedBroker(Broker):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        code = self.proc.returncode
         self.proc = None
+        return code
 
 
 class HelixBroker(ManagedBroker):
@@ -200,8 +205,8 @@ class HelixBroker(ManagedBroker):
         super().__init__(workdir)
         self.binary = binary
 
-    def command(self) -> list[str]:
-        addr = self.bootstrap
+    def command(self, port: int | None = None) -> list[str]:
+        addr = f"{self.host}:{port or self.port}"
         cmd = [
             str(self.binary),
             "--listen", addr,
@@ -268,11 +273,16 @@ auto.create.topics.enable=true
             check=True, capture_output=True,
         )
 
-    def command(self) -> list[str]:
+    def command(self, port: int | None = None) -> list[str]:
+        props = self.props
+        if port is not None:
+            props = self.workdir / f"server-{port}.properties"
+            props.write_text(self.props.read_text().replace(f":{self.port}", f":{port}")
+                             .replace(f":{self.controller_port}", f":{free_port()}"))
         return [
             "java", "-Xms256m", "-Xmx512m", "-XX:+UseG1GC",
             f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
-            "-cp", self.classpath(), "kafka.Kafka", str(self.props),
+            "-cp", self.classpath(), "kafka.Kafka", str(props),
         ]
 
 

@@ -488,10 +488,10 @@ class Conn:
                     result = (err, hw, records)
         return result
 
-    def fetch_all(self, topic: str, partition: int, end_offset: int) -> list[BatchInfo]:
-        """Every batch of a partition from offset 0 up to end_offset."""
+    def fetch_all(self, topic: str, partition: int, end_offset: int, start_offset: int = 0) -> list[BatchInfo]:
+        """Every batch of a partition from start_offset up to end_offset."""
         batches: list[BatchInfo] = []
-        offset = 0
+        offset = start_offset
         deadline = time.monotonic() + 60
         while offset < end_offset:
             if time.monotonic() > deadline:
