@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import KafkaAdminClient
 
 import clients
+import javalibs
 
 pytestmark = pytest.mark.groups
 
@@ -208,3 +209,59 @@ def test_commits_survive_kill9(fresh_broker, topic):
         assert {tp.partition: tp.offset for tp in got2} == committed
     finally:
         c2.close()
+
+
+def consumer_groups_tool(broker, *args: str) -> str:
+    """Kafka's kafka-consumer-groups tool (kafka-tools from Maven Central)."""
+    libs = javalibs.maven_libs("kafka-tools", "3.9.1")
+    proc = javalibs.java(f"{libs}/*", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                         "--bootstrap-server", broker.bootstrap, *args, timeout=120)
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, f"kafka-consumer-groups {' '.join(args)}: {out}\n{proc.stderr.decode(errors='replace')}"
+    return out
+
+
+def describe_rows(out: str, topic: str) -> dict[int, tuple[int, int, int]]:
+    """{partition: (current offset, log end offset, lag)} from --describe."""
+    rows = {}
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) >= 6 and cols[1] == topic:
+            rows[int(cols[2])] = tuple(int(c) if c != "-" else -1 for c in cols[3:6])
+    return rows
+
+
+def test_kafka_consumer_groups_tool_list_describe_reset(broker, topic):
+    clients.create_topic(broker.bootstrap, topic, 2)
+    produce_n(broker, topic, 100, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = group_consumer(broker, group)
+    try:
+        c.subscribe([topic])
+        got: list = []
+        poll_until([c], lambda: len(got) >= 100, sink=got)
+        c.commit(offsets=[TopicPartition(topic, 0, 30), TopicPartition(topic, 1, 20)], asynchronous=False)
+    finally:
+        c.close()
+
+    assert group in consumer_groups_tool(broker, "--list").split()
+    rows = describe_rows(consumer_groups_tool(broker, "--describe", "--group", group), topic)
+    assert rows == {0: (30, 50, 20), 1: (20, 50, 30)}, rows
+
+    consumer_groups_tool(broker, "--reset-offsets", "--to-earliest", "--execute", "--group", group, "--topic", topic)
+    rows = describe_rows(consumer_groups_tool(broker, "--describe", "--group", group), topic)
+    assert rows == {0: (0, 50, 50), 1: (0, 50, 50)}, rows
+
+
+@pytest.mark.parametrize("version", ["3.9.1", "4.1.1"])
+def test_java_consumer_group_manual_commits_and_join(broker, topic, version):
+    clients.create_topic(broker.bootstrap, topic, 4)
+    produce_n(broker, topic, 400, 4)
+    libs = javalibs.maven_libs("kafka-clients", version)
+    source = javalibs.JAVA_DIR / "HelixGroupCheck.java"
+    cp = f"{javalibs.compiled(source, libs)}:{libs}/*"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    proc = javalibs.java(cp, "HelixGroupCheck", broker.bootstrap, topic, group, "100")
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, f"{out}\n{proc.stderr.decode(errors='replace')[-6000:]}"
+    assert "HELIX-JAVA-GROUP OK records=400" in out
