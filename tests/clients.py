@@ -8,6 +8,8 @@ import time
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import kwire
+
 
 def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
@@ -22,6 +24,29 @@ def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, s
                                         config=config or {})], operation_timeout=timeout)
     futures[name].result(timeout=timeout)
     wait_for_partitions(bootstrap, name, partitions, timeout)
+    wait_until_fetchable(bootstrap, name, partitions, timeout)
+
+
+# Errors a client retries while a new partition comes up: UNKNOWN_TOPIC_OR_PARTITION,
+# LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER. (Kafka shows a new topic in its
+# metadata slightly before its partitions serve Produce and Fetch.)
+RETRIABLE_NEW_PARTITION = {3, 5, 6}
+
+
+def wait_until_fetchable(bootstrap: str, name: str, partitions: int, timeout: float = 30.0) -> None:
+    """Waits until every partition answers a raw Fetch at offset 0 without error,
+    so raw-protocol tests (which do not retry) start on a serving partition."""
+    host, _, port = bootstrap.rpartition(":")
+    deadline = time.monotonic() + timeout
+    with kwire.Conn(host, int(port)) as conn:
+        for p in range(partitions):
+            while True:
+                err = conn.fetch(name, p, 0, max_wait_ms=0)[0]
+                if err == kwire.ERR_NONE:
+                    break
+                if err not in RETRIABLE_NEW_PARTITION or time.monotonic() > deadline:
+                    raise AssertionError(f"new topic {name} partition {p}: Fetch at 0 answers error {err}")
+                time.sleep(0.1)
 
 
 def wait_for_partitions(bootstrap: str, name: str, partitions: int, timeout: float = 30.0) -> None:
