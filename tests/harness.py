@@ -265,6 +265,7 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
+log.retention.check.interval.ms=1000
 """
         )
         subprocess.run(

@@ -89,3 +89,37 @@ def test_delete_records_moves_log_start_offset(broker, topic):
         assert conn.fetch(topic, 0, 2, max_wait_ms=0)[0] == 1  # OFFSET_OUT_OF_RANGE below the start
         (first, *_rest) = conn.fetch_all(topic, 0, 10, start_offset=4)
     assert first.base_offset == 4
+
+
+def test_retention_change_takes_effect(broker, topic):
+    """Small segments, then retention.ms lowered on the live topic: the broker
+    deletes the old segments (log start offset moves) without a restart."""
+    if broker.kind == "kafka" and not broker.managed:
+        pytest.skip("an external Kafka's retention check interval is unknown (the managed one uses 1 s)")
+    clients.create_topic(broker.bootstrap, topic, 1, config={"segment.bytes": "2048"})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
+    old = int(time.time() * 1000) - 3_600_000
+    for i in range(60):
+        p.produce(topic, value=b"%03d-" % i + b"r" * 200, partition=0, timestamp=old)
+        p.flush(30)
+    a = clients.admin(broker.bootstrap)
+    tp = TopicPartition(topic, 0)
+
+    def earliest() -> int:
+        (fut,) = a.list_offsets({tp: OffsetSpec.earliest()}, request_timeout=30).values()
+        return fut.result(timeout=30).offset
+
+    assert earliest() == 0
+    set_config(broker.bootstrap, topic, "retention.ms", "60000")  # records are an hour old
+    deadline = time.monotonic() + 90
+    while earliest() == 0 and time.monotonic() < deadline:
+        time.sleep(1)
+    start = earliest()
+    assert start > 0, "retention.ms lowered on a live topic deleted nothing within 90 s"
+    (fut,) = a.list_offsets({tp: OffsetSpec.latest()}, request_timeout=30).values()
+    assert fut.result(timeout=30).offset == 60
+    with kwire.Conn(broker.host, broker.port) as conn:
+        assert conn.fetch(topic, 0, 0, max_wait_ms=0)[0] == 1  # OFFSET_OUT_OF_RANGE: deleted
+        if start < 60:  # whatever the broker kept starts exactly at the log start
+            (first, *_rest) = conn.fetch_all(topic, 0, 60, start_offset=start)
+            assert first.base_offset == start
