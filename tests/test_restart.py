@@ -71,9 +71,11 @@ def test_kill9_mid_production_then_restart(fresh_broker, topic):
             # Records are in flight right now: kill -9 the broker under them.
             b.kill9()
             killed_at_acked = dict(acked)
+            in_flight_at_kill = seq - len(acked)
             time.sleep(0.5)
             b.start()
     assert killed_at_acked is not None, "the kill never happened"
+    assert in_flight_at_kill > 0, "nothing was in flight when the broker was killed"
     assert p.flush(120) == 0, "records undelivered two minutes after the restart"
     assert not errors, f"{len(errors)} delivery errors after restart, first: {errors[0]}"
     assert len(acked) == total
