@@ -3,6 +3,7 @@ client, and waiting for metadata to show what was created."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from confluent_kafka import KafkaException
@@ -11,8 +12,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 import kwire
 
 
+# librdkafka's log lines go to Python logging (pytest shows them with a failing
+# test) instead of straight to the terminal.
+RDKAFKA = {"logger": logging.getLogger("librdkafka")}
+
+
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+    return AdminClient({**RDKAFKA, "bootstrap.servers": bootstrap})
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None,

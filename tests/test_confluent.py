@@ -18,7 +18,7 @@ IDEMPOTENT_RECORDS = 100_000
 def consumer(broker, **extra) -> Consumer:
     # librdkafka insists on a group.id even for assign(); nothing is committed.
     conf = {
-        "bootstrap.servers": broker.bootstrap,
+        **clients.RDKAFKA, "bootstrap.servers": broker.bootstrap,
         "group.id": f"assign-only-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
@@ -57,7 +57,7 @@ def test_idempotent_producer_then_assign_consumer_reads_all_exactly_once(broker,
     partitions = 4
     clients.create_topic(broker.bootstrap, topic, partitions)
     p = Producer({
-        "bootstrap.servers": broker.bootstrap,
+        **clients.RDKAFKA, "bootstrap.servers": broker.bootstrap,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
@@ -119,7 +119,7 @@ def test_offsets_for_times_and_list_offsets(broker, topic):
     # Increasing timestamps, except one record far ahead (the max timestamp).
     stamps = [t0 + 1000 * i for i in range(n)]
     stamps[7] = t0 + 500_000
-    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
     for part in range(partitions):
         for i, ts in enumerate(stamps):
             p.produce(topic, partition=part, key=b"%d" % i, value=b"v%d" % i, timestamp=ts + part)

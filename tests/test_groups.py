@@ -21,7 +21,7 @@ pytestmark = pytest.mark.groups
 
 
 def produce_n(broker, topic: str, n: int, partitions: int) -> None:
-    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
     for i in range(n):
         p.produce(topic, partition=i % partitions, key=b"%d" % i, value=b"%06d" % i)
     assert p.flush(60) == 0
@@ -29,7 +29,7 @@ def produce_n(broker, topic: str, n: int, partitions: int) -> None:
 
 def group_consumer(broker, group: str, **extra) -> Consumer:
     conf = {
-        "bootstrap.servers": broker.bootstrap,
+        **clients.RDKAFKA, "bootstrap.servers": broker.bootstrap,
         "group.id": group,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
@@ -38,6 +38,25 @@ def group_consumer(broker, group: str, **extra) -> Consumer:
     }
     conf.update(extra)
     return Consumer(conf)
+
+
+@pytest.fixture
+def consumers():
+    """Makes group consumers and closes whichever a test left open, so none
+    outlives its broker."""
+    made: list[Consumer] = []
+
+    def make(broker, group: str, **extra) -> Consumer:
+        c = group_consumer(broker, group, **extra)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        try:
+            c.close()
+        except RuntimeError:
+            pass  # already closed by the test
 
 
 def poll_until(consumers: list[Consumer], done, timeout: float = 60.0, sink: list | None = None) -> None:
@@ -59,11 +78,11 @@ def assigned(c: Consumer) -> set[int]:
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
-def test_three_consumers_share_six_partitions_then_two_take_over(broker, topic, strategy):
+def test_three_consumers_share_six_partitions_then_two_take_over(broker, topic, strategy, consumers):
     clients.create_topic(broker.bootstrap, topic, 6)
     produce_n(broker, topic, 600, 6)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    cs = [group_consumer(broker, group, **{"partition.assignment.strategy": strategy}) for _ in range(3)]
+    cs = [consumers(broker, group, **{"partition.assignment.strategy": strategy}) for _ in range(3)]
     try:
         for c in cs:
             c.subscribe([topic])
@@ -79,11 +98,11 @@ def test_three_consumers_share_six_partitions_then_two_take_over(broker, topic, 
             c.close()
 
 
-def test_committed_offsets_resume_exactly(broker, topic):
+def test_committed_offsets_resume_exactly(broker, topic, consumers):
     clients.create_topic(broker.bootstrap, topic, 2)
     produce_n(broker, topic, 400, 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    first = group_consumer(broker, group)
+    first = consumers(broker, group)
     got: list = []
     try:
         first.subscribe([topic])
@@ -101,7 +120,7 @@ def test_committed_offsets_resume_exactly(broker, topic):
         else:
             assert committed[p] < 0, f"partition {p} never read but committed at {committed[p]}"
 
-    second = group_consumer(broker, group)
+    second = consumers(broker, group)
     rest: list = []
     try:
         second.subscribe([topic])
@@ -113,12 +132,12 @@ def test_committed_offsets_resume_exactly(broker, topic):
     assert len(consumed_before | after) == 400, "records skipped"
 
 
-def test_static_member_rejoins_without_rebalancing_others(broker, topic):
+def test_static_member_rejoins_without_rebalancing_others(broker, topic, consumers):
     clients.create_topic(broker.bootstrap, topic, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     revoked_b = []
-    a = group_consumer(broker, group, **{"group.instance.id": "a", "session.timeout.ms": 15000})
-    b = group_consumer(broker, group, **{"group.instance.id": "b", "session.timeout.ms": 15000})
+    a = consumers(broker, group, **{"group.instance.id": "a", "session.timeout.ms": 15000})
+    b = consumers(broker, group, **{"group.instance.id": "b", "session.timeout.ms": 15000})
     a2 = None
     try:
         a.subscribe([topic])
@@ -127,7 +146,7 @@ def test_static_member_rejoins_without_rebalancing_others(broker, topic):
         a_parts = assigned(a)
         revoked_b.clear()
         a.close()  # a static member does not leave the group on close
-        a2 = group_consumer(broker, group, **{"group.instance.id": "a", "session.timeout.ms": 15000})
+        a2 = consumers(broker, group, **{"group.instance.id": "a", "session.timeout.ms": 15000})
         a2.subscribe([topic])
         poll_until([a2, b], lambda: len(assigned(a2)) == 2, timeout=30)
         assert assigned(a2) == a_parts
@@ -145,7 +164,13 @@ def test_kcat_balanced_consumers_read_every_record_once(broker, topic):
     cmd = ["kcat", "-b", broker.bootstrap, "-G", group, "-e", "-q", "-f", "%p %o\n",
            "-X", "auto.offset.reset=earliest", topic]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err.decode(errors="replace")
     seen = [tuple(map(int, line.split())) for out, _ in outs for line in out.splitlines()]
@@ -153,11 +178,11 @@ def test_kcat_balanced_consumers_read_every_record_once(broker, topic):
     assert len(seen) == 2000
 
 
-def test_kafka_python_admin_lists_describes_and_deletes_groups(broker, topic):
+def test_kafka_python_admin_lists_describes_and_deletes_groups(broker, topic, consumers):
     clients.create_topic(broker.bootstrap, topic, 2)
     produce_n(broker, topic, 100, 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    c = group_consumer(broker, group)
+    c = consumers(broker, group)
     a = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
         c.subscribe([topic])
@@ -188,12 +213,12 @@ def test_kafka_python_admin_lists_describes_and_deletes_groups(broker, topic):
 
 
 @pytest.mark.managed
-def test_commits_survive_kill9(fresh_broker, topic):
+def test_commits_survive_kill9(fresh_broker, topic, consumers):
     b = fresh_broker
     clients.create_topic(b.bootstrap, topic, 2)
     produce_n(b, topic, 200, 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    c = group_consumer(b, group)
+    c = consumers(b, group)
     got: list = []
     c.subscribe([topic])
     poll_until([c], lambda: len(got) >= 120, sink=got)
@@ -201,9 +226,9 @@ def test_commits_survive_kill9(fresh_broker, topic):
     committed = {tp.partition: tp.offset for tp in c.committed(
         [TopicPartition(topic, p) for p in range(2)], timeout=30)}
     b.kill9()
-    c.close()
     b.start()
-    c2 = group_consumer(b, group)
+    c.close()
+    c2 = consumers(b, group)
     try:
         got2 = c2.committed([TopicPartition(topic, p) for p in range(2)], timeout=60)
         assert {tp.partition: tp.offset for tp in got2} == committed
@@ -231,11 +256,11 @@ def describe_rows(out: str, topic: str) -> dict[int, tuple[int, int, int]]:
     return rows
 
 
-def test_kafka_consumer_groups_tool_list_describe_reset(broker, topic):
+def test_kafka_consumer_groups_tool_list_describe_reset(broker, topic, consumers):
     clients.create_topic(broker.bootstrap, topic, 2)
     produce_n(broker, topic, 100, 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    c = group_consumer(broker, group)
+    c = consumers(broker, group)
     try:
         c.subscribe([topic])
         got: list = []

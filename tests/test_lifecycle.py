@@ -19,7 +19,7 @@ pytestmark = pytest.mark.managed
 def test_sigterm_exits_cleanly_and_keeps_data(fresh_broker, topic):
     b = fresh_broker
     clients.create_topic(b.bootstrap, topic, 2)
-    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5})
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5})
     for i in range(2000):
         p.produce(topic, partition=i % 2, value=b"%05d" % i)
     assert p.flush(60) == 0

@@ -34,7 +34,7 @@ def test_kill9_mid_production_then_restart(fresh_broker, topic):
         assert before_configs[name][0] == value
 
     p = Producer({
-        "bootstrap.servers": b.bootstrap,
+        **clients.RDKAFKA, "bootstrap.servers": b.bootstrap,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 2,

@@ -28,7 +28,7 @@ def set_config(bootstrap: str, topic: str, name: str, value: str) -> None:
 
 
 def produce_one(bootstrap: str, topic: str, value: bytes) -> KafkaError | None:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.max.bytes": 2_000_000,
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": bootstrap, "acks": "all", "message.max.bytes": 2_000_000,
                   "message.timeout.ms": 20_000, "retries": 0})
     result: list = []
     p.produce(topic, value=value, on_delivery=lambda err, msg: result.append(err))
@@ -75,7 +75,7 @@ def test_invalid_config_is_refused_and_changes_nothing(broker, topic, name, valu
 
 def test_delete_records_moves_log_start_offset(broker, topic):
     clients.create_topic(broker.bootstrap, topic, 1)
-    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
     for i in range(10):
         p.produce(topic, value=b"r%d" % i, partition=0)
         p.flush(30)  # one batch per record, so offset 4 is a batch boundary
@@ -97,7 +97,7 @@ def test_retention_change_takes_effect(broker, topic):
     if broker.kind == "kafka" and not broker.managed:
         pytest.skip("an external Kafka's retention check interval is unknown (the managed one uses 1 s)")
     clients.create_topic(broker.bootstrap, topic, 1, config={"segment.bytes": "2048"})
-    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
     old = int(time.time() * 1000) - 3_600_000
     for i in range(60):
         p.produce(topic, value=b"%03d-" % i + b"r" * 200, partition=0, timestamp=old)
