@@ -33,3 +33,9 @@ def test_java_client_admin_producer_consumer(broker, topic, version):
             batches = conn.fetch_all(topic, part, 100)
             assert sum(b.record_count for b in batches) == 100
             assert all(b.producer_id >= 0 and b.base_sequence >= 0 for b in batches), batches[0]
+        # Each codec's topic holds batches stored as the Java client compressed them.
+        for codec in ("gzip", "snappy", "lz4", "zstd"):
+            assert f"compressed {codec} {topic}-{codec} ok" in out
+            batches = conn.fetch_all(f"{topic}-{codec}", 0, 200)
+            assert {b.compression for b in batches} == {kwire.COMPRESSION[codec]}, codec
+            assert sum(b.record_count for b in batches) == 200

@@ -54,6 +54,9 @@ public final class HelixClientCheck {
     long t0 = System.currentTimeMillis() - 3_600_000L;
     produce(bootstrap, topic, t0);
     consume(bootstrap, topic, t0);
+    for (String codec : List.of("gzip", "snappy", "lz4", "zstd")) {
+      compressed(bootstrap, topic + "-" + codec, codec);
+    }
     System.out.println("HELIX-JAVA-CHECK OK topic=" + topic + " records=" + RECORDS);
   }
 
@@ -233,6 +236,58 @@ public final class HelixClientCheck {
             "offsetsForTimes before the start of " + tp + " = " + first.get(tp));
       }
     }
+  }
+
+  /**
+   * A one-partition topic written by a producer with compression.type=CODEC (snappy in the
+   * Java client's xerial framing) and read back whole.
+   */
+  static void compressed(String bootstrap, String topic, String codec) throws Exception {
+    Properties admin = new Properties();
+    admin.put("bootstrap.servers", bootstrap);
+    try (Admin a = Admin.create(admin)) {
+      a.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get(TIMEOUT_S, TimeUnit.SECONDS);
+    }
+    int n = 200;
+    Properties pp = new Properties();
+    pp.put("bootstrap.servers", bootstrap);
+    pp.put("key.serializer", ByteArraySerializer.class.getName());
+    pp.put("value.serializer", ByteArraySerializer.class.getName());
+    pp.put("compression.type", codec);
+    pp.put("linger.ms", "20");
+    try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
+      List<Future<RecordMetadata>> futures = new ArrayList<>();
+      for (int i = 0; i < n; i++) {
+        futures.add(producer.send(new ProducerRecord<>(topic, 0, bytes("k" + i),
+            bytes(codec + "-compressible-value-compressible-value-" + i))));
+      }
+      producer.flush();
+      for (int i = 0; i < n; i++) {
+        check(futures.get(i).get(TIMEOUT_S, TimeUnit.SECONDS).offset() == i, codec + " record " + i + " offset");
+      }
+    }
+    Properties cp = new Properties();
+    cp.put("bootstrap.servers", bootstrap);
+    cp.put("key.deserializer", ByteArrayDeserializer.class.getName());
+    cp.put("value.deserializer", ByteArrayDeserializer.class.getName());
+    cp.put("enable.auto.commit", "false");
+    try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cp)) {
+      TopicPartition tp = new TopicPartition(topic, 0);
+      consumer.assign(List.of(tp));
+      consumer.seekToBeginning(List.of(tp));
+      int next = 0;
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+      while (next < n && System.nanoTime() < deadline) {
+        for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
+          check(r.offset() == next, codec + ": offset " + r.offset() + ", expected " + next);
+          check(new String(r.value(), StandardCharsets.UTF_8)
+              .equals(codec + "-compressible-value-compressible-value-" + next), codec + " value " + next);
+          next++;
+        }
+      }
+      check(next == n, codec + ": read " + next + " of " + n);
+    }
+    System.out.println("compressed " + codec + " " + topic + " ok");
   }
 
   private HelixClientCheck() {}
