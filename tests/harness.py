@@ -14,8 +14,9 @@ Target selection (first match wins):
   reference broker.
 - otherwise ``HELIX_SERVER_BIN`` (default ``target/release/helix-server``): the
   real Helix binary, one process per test module or per restarting test, each
-  on its own free port and data directory. Extra flags can be appended with
-  ``HELIX_SERVER_ARGS``.
+  on its own free port and data directory (``--listen``/``--advertised
+  127.0.0.1:PORT --data-dir DIR --node-id 1 --auto-create-topics true``).
+  Extra flags can be appended with ``HELIX_SERVER_ARGS``.
 """
 
 from __future__ import annotations
