@@ -522,3 +522,71 @@ def parse_api_versions(r: Reader, flexible: bool) -> tuple[int, dict[int, tuple[
             skip_tagged_fields(r)
         ranges[key] = (vmin, vmax)
     return err, ranges
+
+
+# ---------------------------------------------------------------- group APIs (issue 13)
+
+API_OFFSET_COMMIT = 8
+API_FIND_COORDINATOR = 10
+API_JOIN_GROUP = 11
+API_SYNC_GROUP = 14
+
+
+def join_group_body(version: int, group: str, member_id: str, protocols: list[tuple[str, bytes]],
+                    session_timeout_ms: int = 10_000, protocol_type: str = "consumer") -> bytes:
+    """JoinGroup v2-v5 (non-flexible)."""
+    body = string(group) + struct.pack(">ii", session_timeout_ms, session_timeout_ms) + string(member_id)
+    if version >= 5:
+        body += string(None)
+    body += string(protocol_type) + struct.pack(">i", len(protocols))
+    for name, meta in protocols:
+        body += string(name) + struct.pack(">i", len(meta)) + meta
+    return body
+
+
+def parse_join_group(r: Reader, version: int) -> tuple[int, int, str]:
+    """(error, generation, member_id) of a JoinGroup v2-v5 response."""
+    r.i32()
+    err = r.i16()
+    generation = r.i32()
+    r.string()  # protocol name
+    r.string()  # leader
+    member = r.string() or ""
+    return err, generation, member
+
+
+def sync_group_body(version: int, group: str, generation: int, member_id: str) -> bytes:
+    """SyncGroup v1-v3 (non-flexible), no assignments (a follower's request)."""
+    body = string(group) + struct.pack(">i", generation) + string(member_id)
+    if version >= 3:
+        body += string(None)
+    return body + struct.pack(">i", 0)
+
+
+def offset_commit_body(version: int, group: str, generation: int, member_id: str, topic: str,
+                       partition: int, offset: int) -> bytes:
+    """OffsetCommit v2-v7 (non-flexible), one partition."""
+    body = string(group) + struct.pack(">i", generation) + string(member_id)
+    if version <= 4:
+        body += struct.pack(">q", -1)  # retention time
+    if version >= 7:
+        body += string(None)
+    body += struct.pack(">i", 1) + string(topic) + struct.pack(">iiq", 1, partition, offset)
+    if version >= 6:
+        body += struct.pack(">i", -1)
+    return body + string(None)
+
+
+def parse_offset_commit(r: Reader, version: int) -> int:
+    """Error code of the single partition in an OffsetCommit response."""
+    if version >= 3:
+        r.i32()
+    errs = []
+    for _ in range(r.i32()):
+        r.string()
+        for _ in range(r.i32()):
+            r.i32()
+            errs.append(r.i16())
+    if len(errs) != 1:
+        raise ProtocolError(f"OffsetCommit answered {len(errs)} partitions")
+    return errs[0]
