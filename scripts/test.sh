@@ -12,5 +12,5 @@ cargo test --workspace
 if [[ -d tests ]] && compgen -G "tests/test_*.py" >/dev/null; then
   cargo build --release -p helix-server
   export HELIX_SERVER_BIN="$PWD/target/release/helix-server"
-  python3 -m pytest -q tests
+  scripts/client-tests.sh
 fi
