@@ -137,7 +137,9 @@ pub fn finish_truncation(dir: &Path, bases: &mut Vec<i64>, intent: TruncateInten
         }
         meta::sync_dir(dir)?;
     }
-    meta::remove(dir, meta::TRUNCATE_INTENT)
+    // Durably gone before any append: see `truncate_after`.
+    meta::remove(dir, meta::TRUNCATE_INTENT)?;
+    meta::sync_dir(dir)
 }
 
 pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
