@@ -271,7 +271,7 @@ impl PartitionLog {
             crate::meta::sync_dir(&self.dir)?;
         }
         let old = std::mem::replace(&mut self.active, new);
-        let sealed = match old.seal() {
+        let sealed = match old.seal(self.sync.is_some()) {
             Ok(s) => s,
             Err(e) => {
                 self.failed = true;

@@ -212,7 +212,7 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         }
         let a = ActiveSegment::open(dir, base, interval, scan.resume)?;
         a.entries.sync()?;
-        sealed.push(a.seal()?);
+        sealed.push(a.seal(true)?);
     }
     let active = match active {
         Some(a) => a,
