@@ -423,7 +423,6 @@ impl PartitionLog {
     /// Test helper: drops the log as a killed process would (no flush, no
     /// final checkpoint).
     #[cfg(test)]
-    #[allow(dead_code)]
     pub(crate) fn crash(mut self) {
         self.closed = true;
     }
