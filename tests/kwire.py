@@ -590,3 +590,21 @@ def parse_offset_commit(r: Reader, version: int) -> int:
     if len(errs) != 1:
         raise ProtocolError(f"OffsetCommit answered {len(errs)} partitions")
     return errs[0]
+
+
+def find_coordinator(conn: Conn, group: str, timeout: float = 60.0) -> tuple[int, str, int]:
+    """FindCoordinator v1-v2 (non-flexible) for a group, retried while the coordinator loads
+    (Kafka creates its offsets topic on the first request). Returns (node, host, port)."""
+    v = conn.pick_version(API_FIND_COORDINATOR, 1, 2)
+    deadline = time.monotonic() + timeout
+    while True:
+        r = conn.request(API_FIND_COORDINATOR, v, string(group) + struct.pack(">b", 0))
+        r.i32()
+        err = r.i16()
+        r.string()
+        node, host, port = r.i32(), r.string() or "", r.i32()
+        if err == ERR_NONE:
+            return node, host, port
+        if err not in RETRIABLE_INIT_ERRORS or time.monotonic() > deadline:
+            raise ProtocolError(f"FindCoordinator error {err}")
+        time.sleep(0.2)

@@ -40,7 +40,10 @@ def test_second_broker_on_same_data_dir_is_refused(fresh_broker):
         pytest.fail("a second broker on a data directory in use kept running")
     out = (proc.stdout + proc.stderr).decode(errors="replace")
     assert proc.returncode != 0, out
-    assert str(b.data_dir) in out, f"the refusal does not name the data directory:\n{out[-3000:]}"
+    if b.kind != "kafka":
+        # Helix's spec: a clear message. (Apache Kafka's KRaft layer may fail on
+        # the shared metadata log before its log-dir lock is even checked.)
+        assert str(b.data_dir) in out, f"the refusal does not name the data directory:\n{out[-3000:]}"
     # The first broker is unaffected. (Not asserted for Apache Kafka: a second
     # KRaft node with the same node id disturbs the first one's quorum.)
     assert b.alive()
