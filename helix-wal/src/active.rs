@@ -89,14 +89,12 @@ impl ActiveSegment {
         let entries = EntryIndexWriter::open(&entry_index::path_for(dir, base), r.entry_count)?;
         let builder = IndexBuilder::resume(interval, &r.index, r.size, r.max_timestamp);
         let index = Arc::new(RwLock::new(r.index));
+        let body = ActiveBody::new(file.clone(), &log, index.clone())?;
         let seg = Arc::new(Segment::new(
             dir,
             base,
             interval,
-            Some(ActiveBody {
-                file: file.clone(),
-                index: index.clone(),
-            }),
+            Some(body),
             SegmentState {
                 len: r.size,
                 next_offset: r.next_offset,

@@ -202,15 +202,6 @@ impl EntryIndexWriter {
         EntryRecord::decode(&self.map[at..at + RECORD_LEN])
     }
 
-    /// Forgets every record from slot `count` on.
-    pub fn truncate(&mut self, count: u64) {
-        let count = count.min(self.count);
-        let from = count as usize * RECORD_LEN;
-        let to = self.count as usize * RECORD_LEN;
-        self.map[from..to].fill(0);
-        self.count = count;
-    }
-
     /// Flushes records to disk (Fsync mode and clean close).
     pub fn sync(&self) -> Result<()> {
         self.map
@@ -269,12 +260,15 @@ mod tests {
             w.push(&rec(i)).unwrap();
         }
         assert_eq!(w.get(2999), Some(rec(2999)));
-        w.truncate(2000);
-        assert_eq!(w.get(2000), None);
+        assert_eq!(w.get(3000), None);
         w.seal().unwrap();
         let f = File::open(&path).unwrap();
-        assert_eq!(f.metadata().unwrap().len(), 2000 * RECORD_LEN as u64);
-        assert_eq!(read_slot(&f, &path, 1999).unwrap(), Some(rec(1999)));
-        assert_eq!(read_slot(&f, &path, 2000).unwrap(), None);
+        assert_eq!(f.metadata().unwrap().len(), 3000 * RECORD_LEN as u64);
+        assert_eq!(read_slot(&f, &path, 2999).unwrap(), Some(rec(2999)));
+        assert_eq!(read_slot(&f, &path, 3000).unwrap(), None);
+        // Reopening with fewer records drops the rest.
+        let w = EntryIndexWriter::open(&path, 2000).unwrap();
+        assert_eq!(w.get(1999), Some(rec(1999)));
+        assert_eq!(w.get(2000), None);
     }
 }

@@ -188,6 +188,15 @@ impl LogReader {
                         log_start_offset: log_start,
                     });
                 }
+                // The segment says it holds the offset but no batch has it:
+                // its bytes do not match its metadata.
+                Ok(None) if from_offset < seg.next_offset() => {
+                    return Err(WalError::Corrupt {
+                        file: seg.log_path().to_path_buf(),
+                        position: 0,
+                        reason: format!("no batch holds offset {from_offset}"),
+                    });
+                }
                 Ok(None) => continue,
                 Err(e) => return Err(self.explain_race(from_offset, e)),
             }

@@ -2,10 +2,12 @@
 //! base offset, the length published by the writer, its sparse index, and how
 //! far its bytes have been verified.
 //!
-//! The active segment is read through its file descriptor (`pread`), bounded by
-//! the published length, so the writer and any number of readers can run at
-//! once. A sealed segment is memory-mapped on first use and served as `Bytes`
-//! slices of that mapping (zero-copy). Bytes recovered from disk without
+//! Reads are zero-copy `Bytes` slices of a mapping. The active segment is
+//! mapped once, longer than the file, and read only below the length the
+//! writer published, so the writer and any number of readers run at once.
+//! A sealed segment is mapped on first use (through the node's budget).
+//! No mapped file is ever shrunk under a published length: truncation copies
+//! the kept prefix to a new file and renames it over the old one. Bytes recovered from disk without
 //! re-verification (before the recovery checkpoint) are CRC-checked the first
 //! time a read reaches them; a failure marks the segment damaged from that
 //! batch on, and reads reaching it get `WalError::Corrupt` instead of bytes.
@@ -62,7 +64,39 @@ enum Body {
 #[derive(Debug, Clone)]
 pub struct ActiveBody {
     pub file: Arc<File>,
+    /// A read-only mapping of the first `ACTIVE_MAP_LEN` bytes of the file,
+    /// longer than the file: readers slice it only below the published
+    /// length, which never exceeds the file's length, so no page past the
+    /// end is ever touched. The file is never shrunk below a published
+    /// length while mapped (truncation writes a new file).
+    pub data: Bytes,
     pub index: Arc<RwLock<SparseIndex>>,
+}
+
+/// How much of the active segment is mapped; bytes beyond (only a single
+/// entry larger than a segment gets there) are read with `pread`.
+pub const ACTIVE_MAP_LEN: u64 = crate::config::MAX_SEGMENT_BYTES;
+
+impl ActiveBody {
+    pub fn new(
+        file: Arc<File>,
+        path: &Path,
+        index: Arc<RwLock<SparseIndex>>,
+    ) -> Result<ActiveBody> {
+        // SAFETY: see `data`: the mapping is only read below the published
+        // length, and the file is only replaced (never shrunk) under it.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .len(ACTIVE_MAP_LEN as usize)
+                .map(&*file)
+        }
+        .map_err(|e| WalError::io("map active segment", path, e))?;
+        Ok(ActiveBody {
+            file,
+            data: Bytes::from_owner(map),
+            index,
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -424,19 +458,29 @@ impl Segment {
         let src = self.source(budget)?;
         let start = src.with_index(|ix| ix.lookup_time(ts));
         let from = (self.base_offset + i64::from(start)).max(min_offset);
-        let found = self.find_batch(&src, from, len, |h| {
-            h.last_offset() >= from && h.max_timestamp >= ts
-        })?;
-        let Some((pos, h)) = found else {
-            return Ok(None);
+        // The whole segment is verified first (once per process): an answer
+        // is given only from bytes before any damage, and "no match" only
+        // when there is none. Lookups by time are rare; reads pay this too.
+        let good = self.ensure_verified(&src, len)?;
+        let refuse = || {
+            let d = self.damage().map_or(good, |d| d.position);
+            Err(self.corrupt(d, "range failed verification"))
         };
-        // Never answer from bytes that fail verification.
-        let end = pos + h.total_len() as u64;
-        if self.ensure_verified(&src, end)? < end {
-            let d = self.damage().map_or(pos, |d| d.position);
-            return Err(self.corrupt(d, "range failed verification"));
+        let found = if good < len {
+            // Only the verified prefix can be walked.
+            self.find_batch(&src, from, good, |h| {
+                h.last_offset() >= from && h.max_timestamp >= ts
+            })?
+        } else {
+            self.find_batch(&src, from, len, |h| {
+                h.last_offset() >= from && h.max_timestamp >= ts
+            })?
+        };
+        match found {
+            Some((_, h)) => Ok(Some(h.base_offset)),
+            None if good < len => refuse(),
+            None => Ok(None),
         }
-        Ok(Some(h.base_offset))
     }
 
     /// Walks batch headers from the index entry at or below `from` to the
@@ -448,7 +492,8 @@ impl Segment {
         len: u64,
         hit: impl Fn(&BatchHeader) -> bool,
     ) -> Result<Option<(u64, BatchHeader)>> {
-        let rel = u32::try_from(from - self.base_offset).unwrap_or(u32::MAX);
+        // Below the base: from the start; beyond u32: from the last entry.
+        let rel = u32::try_from((from - self.base_offset).max(0)).unwrap_or(u32::MAX);
         let mut pos = u64::from(src.with_index(|ix| ix.lookup_position(rel)));
         while pos < len {
             let h = src.header(pos, len, &self.log_path)?;
@@ -539,6 +584,9 @@ impl Source {
         }
         match self {
             Source::Sealed(v) => Ok(BatchHeader::parse(&v.data[pos as usize..]).ok()),
+            Source::Active(a) if (pos as usize) + HEADER_LEN <= a.data.len() => {
+                Ok(BatchHeader::parse(&a.data[pos as usize..]).ok())
+            }
             Source::Active(a) => {
                 let mut buf = [0u8; HEADER_LEN];
                 a.file
@@ -553,6 +601,9 @@ impl Source {
     fn load(&self, from: u64, to: u64, path: &Path) -> Result<Bytes> {
         match self {
             Source::Sealed(v) => Ok(v.data.slice(from as usize..to as usize)),
+            Source::Active(a) if to as usize <= a.data.len() => {
+                Ok(a.data.slice(from as usize..to as usize))
+            }
             Source::Active(a) => {
                 let mut buf = vec![0u8; (to - from) as usize];
                 let mut filled = 0usize;

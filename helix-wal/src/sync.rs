@@ -350,6 +350,16 @@ impl SyncGroup {
                 self.inner
                     .stats_fsyncs
                     .fetch_add(2 * pending.len() as u64, Ordering::Relaxed);
+                if pending.len() == 1 {
+                    // Nothing to overlap: no thread.
+                    for (log, p) in pending {
+                        let synced = p.fdatasync();
+                        if let Err(e) = log.finish(p, synced) {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                    return first_error.map_or(Ok(()), Err);
+                }
                 let workers = pending.len().clamp(1, MAX_SYNC_THREADS);
                 let per_worker = pending.len().div_ceil(workers);
                 let mut chunks: Vec<Vec<Claimed>> = Vec::new();

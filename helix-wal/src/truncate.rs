@@ -7,9 +7,10 @@
 //! reads as absent and nothing had been changed yet. So a crash leaves the
 //! old end or the new end, never a mix.
 //!
-//! A sealed segment may be mapped by readers holding `Bytes`; shrinking its
-//! file would fault them. It is therefore cut by copying the kept prefix to a
-//! new file renamed over the old one; the mapping keeps the old inode.
+//! Any segment may be mapped by readers holding `Bytes`; shrinking its file
+//! would fault them (SIGBUS). A segment is therefore cut by copying the kept
+//! prefix to a new file renamed over the old one; existing mappings keep the
+//! old inode. Truncation is rare, so the copy (at most one segment) is too.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -91,11 +92,15 @@ impl PartitionLog {
             }
         }
         crash_point(&self.dir, 2)?;
-        if is_active {
-            self.cut_active(keep_len, keep_entries, next_offset)?;
-        } else {
-            self.reactivate(&seg, keep_len, keep_entries, next_offset)?;
-        }
+        // The active segment's index is complete only in memory.
+        let index = is_active.then(|| {
+            self.active
+                .index
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        });
+        self.reactivate(&seg, keep_len, keep_entries, next_offset, index)?;
         crash_point(&self.dir, 3)?;
         self.shared
             .next_offset
@@ -139,40 +144,15 @@ impl PartitionLog {
         Ok(None)
     }
 
-    /// Cuts the active segment in place (it is read through its descriptor,
-    /// never mapped, so shrinking is safe for readers).
-    fn cut_active(&mut self, keep_len: u64, keep_entries: u64, next_offset: i64) -> Result<()> {
-        let a = &mut self.active;
-        let max_ts = max_timestamp_below(a, keep_len);
-        a.seg.retract(keep_len, next_offset, max_ts);
-        a.seg
-            .publish_entries(a.first_index.unwrap_or(0), keep_entries);
-        a.entries.truncate(keep_entries);
-        if keep_entries == 0 {
-            a.first_index = None;
-        }
-        a.file
-            .set_len(keep_len)
-            .map_err(|e| WalError::io("truncate segment", a.seg.log_path(), e))?;
-        {
-            let mut ix = a.index.write().unwrap_or_else(|p| p.into_inner());
-            let rel_end = (next_offset - a.base()) as u32;
-            ix.truncate_to(keep_len as u32, rel_end);
-        }
-        a.size = keep_len;
-        a.next_offset = next_offset;
-        a.max_timestamp = max_ts;
-        a.reset_index_state();
-        Ok(())
-    }
-
-    /// Makes a sealed segment the active one again, cut to `keep_len`.
+    /// Makes `seg` (sealed, or the active one) the active segment, cut to
+    /// `keep_len` bytes and `keep_entries` entries.
     fn reactivate(
         &mut self,
         seg: &Arc<Segment>,
         keep_len: u64,
         keep_entries: u64,
         next_offset: i64,
+        index: Option<SparseIndex>,
     ) -> Result<()> {
         let base = seg.base_offset;
         let dir = self.dir.clone();
@@ -188,7 +168,10 @@ impl PartitionLog {
             .map_err(|e| WalError::io("open entry index", &epath, e))?;
         ef.set_len(keep_entries * RECORD_LEN as u64)
             .map_err(|e| WalError::io("truncate entry index", &epath, e))?;
-        let mut ix = SparseIndex::load(&dir, base, None)?.unwrap_or_default();
+        let mut ix = match index {
+            Some(ix) => ix,
+            None => SparseIndex::load(&dir, base, None)?.unwrap_or_default(),
+        };
         ix.truncate_to(keep_len as u32, (next_offset - base) as u32);
         index::trim_files(&dir, base, 0, 0)?;
         let first_index = seg.entries().map(|e| e.0).filter(|_| keep_entries > 0);

@@ -44,8 +44,9 @@ impl MEntry {
 struct Model {
     entries: Vec<MEntry>,
     log_start: i64,
-    /// Offsets `[from, to)` that must be refused as corrupt.
-    corrupt: Option<(i64, i64)>,
+    /// `(segment base, from, to)`: offsets `[from, to)` of the segment at
+    /// `segment base` must be refused as corrupt.
+    corrupt: Option<(i64, i64, i64)>,
     /// The next offset while no entry is held.
     empty_next: i64,
 }
@@ -400,7 +401,7 @@ impl Harness {
         let result = reader.read(offset, max);
         let start = model.batches().position(|b| b.next > offset).unwrap();
         let expected: Vec<&MBatch> = model.batches().skip(start).collect();
-        if let Some((from, to)) = model.corrupt
+        if let Some((_, from, to)) = model.corrupt
             && expected[0].base >= from
             && expected[0].base < to
         {
@@ -448,7 +449,7 @@ impl Harness {
         for b in model.batches().filter(|b| b.next > model.log_start) {
             let corrupt = model
                 .corrupt
-                .is_some_and(|(f, t)| b.base >= f && b.base < t);
+                .is_some_and(|(_, f, t)| b.base >= f && b.base < t);
             for o in b.base.max(model.log_start)..b.next {
                 match reader.read(o, 1) {
                     Ok(r) if !corrupt => assert_eq!(&r.bytes[..], &b.bytes[..], "offset {o}"),
@@ -488,10 +489,21 @@ impl Harness {
                 .batches()
                 .find(|b| b.next > model.log_start && b.max_ts >= ts);
             let got = reader.offset_for_timestamp(ts);
-            if let (Some(b), Some((from, to))) = (hit, model.corrupt)
-                && b.base >= from
-                && b.base < to
-            {
+            // The damaged segment is scanned when it holds offsets at or
+            // after the log start and its newest timestamp (kept in its
+            // intact time index) reaches `ts`; the lookup is then refused
+            // unless a batch before the damage answers.
+            let answered_before_damage =
+                hit.is_some_and(|b| b.base < model.corrupt.map_or(i64::MAX, |c| c.1));
+            let refused = model.corrupt.is_some_and(|(seg_base, _, to)| {
+                !answered_before_damage
+                    && to > model.log_start
+                    && model
+                        .batches()
+                        .filter(|b| b.base >= seg_base && b.base < to)
+                        .any(|b| b.max_ts >= ts)
+            });
+            if refused {
                 assert!(
                     matches!(got, Err(WalError::Corrupt { .. })),
                     "ts {ts}: {got:?}"
@@ -561,8 +573,12 @@ impl Harness {
             return;
         }
         raw[b] ^= 1 << bit;
+        eprintln!(
+            "flip seg {} byte {b} (batch {base} +{within}) bit {bit}",
+            seg.base_offset
+        );
         fs::write(&path, raw).unwrap();
-        self.model.corrupt = Some((base, seg.next_offset()));
+        self.model.corrupt = Some((seg.base_offset, base, seg.next_offset()));
         let rec = self.reopen();
         assert_eq!(
             rec.truncated_tail, None,
@@ -785,4 +801,62 @@ fn model_regression_flip_after_truncate_crashes() {
         a(2, 163, 0),
     ];
     run(&ops, false, Some((29899, 0)));
+}
+
+#[test]
+fn model_regression_time_lookup_after_sealed_flip() {
+    use Op::*;
+    let a = |batches, len, ts| Append {
+        batches,
+        records: 1,
+        len,
+        new_term: false,
+        ts,
+    };
+    let ops = vec![
+        a(1, 493, 250),
+        a(2, 364, 0),
+        DeleteBefore(16384),
+        Crash(Damage::FlipTail(25860, 0)),
+        a(2, 45, 0),
+        a(2, 239, 0),
+        a(0, 0, 0),
+        a(0, 0, 0),
+        TruncateCrash {
+            keep: 39322,
+            step: 1,
+            tear_intent: false,
+        },
+        a(2, 281, 0),
+    ];
+    run(&ops, false, Some((62674, 1)));
+}
+
+#[test]
+fn model_regression_flip_in_header_of_sealed_batch() {
+    use Op::*;
+    let a = |batches, records, len| Append {
+        batches,
+        records,
+        len,
+        new_term: false,
+        ts: 0,
+    };
+    let ops = vec![
+        a(1, 3, 0),
+        a(0, 1, 0),
+        a(0, 1, 0),
+        a(0, 1, 0),
+        Truncate(13108),
+        a(1, 1, 0),
+        a(3, 1, 334),
+        a(2, 1, 310),
+        a(2, 1, 360),
+        a(1, 1, 404),
+        a(3, 1, 467),
+        a(0, 1, 0),
+        a(0, 1, 0),
+        a(3, 1, 94),
+    ];
+    run(&ops, false, Some((37896, 0)));
 }
