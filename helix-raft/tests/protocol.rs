@@ -514,3 +514,63 @@ fn an_old_term_entry_durable_on_a_majority_is_not_acknowledged() {
         "e is gone, as it may be: never acknowledged"
     );
 }
+
+#[test]
+fn catch_up_chunks_overlapping_what_the_follower_has_are_trimmed() {
+    let mut c = Cluster::new(3, |cfg| cfg.max_inmem_bytes = 2000);
+    c.serve_catch_up = false;
+    c.node(0).campaign();
+    c.settle();
+    c.crash(2);
+    for _ in 0..40 {
+        c.propose(b"0123456789abcdef0123456789abcdef");
+        c.settle();
+    }
+    c.start(2);
+    c.tick_all(2);
+    let req = c.catch_ups[0];
+    let wal = c.wals[0].clone();
+    let slice = |from: u64, to: u64| wal[(from - 1) as usize..to as usize].to_vec();
+    let from = req.from_index.0;
+    assert!(
+        c.node(0)
+            .catch_up(req.to, slice(from, from + 2))
+            .expect("first chunk")
+    );
+    // The host re-reads from an older position: the overlap is skipped.
+    assert!(
+        c.node(0)
+            .catch_up(req.to, slice(from, from + 5))
+            .expect("overlap")
+    );
+    let gap = c.node(0).catch_up(req.to, slice(from + 8, from + 9));
+    assert!(gap.is_err(), "a gap is the host's error");
+    let mut next = from + 6;
+    while c
+        .node(0)
+        .catch_up(req.to, slice(next, (next + 3).min(req.through_index.0)))
+        .expect("stream")
+    {
+        next += 4;
+    }
+    c.serve_catch_up = true;
+    c.tick_all(3);
+    assert_eq!(c.wals[2], c.wals[0]);
+}
+
+#[test]
+fn a_lost_append_response_is_made_up_by_the_next_heartbeat_answer() {
+    let mut c = Cluster::new(3, |_| {});
+    c.node(0).campaign();
+    c.settle();
+    let idx = c.propose(b"x");
+    let m = c.drain(0);
+    deliver(&mut c, m, |_| true);
+    for f in 1..3 {
+        c.drain(f); // the append responses are lost
+    }
+    assert!(c.node(0).status().commit < idx);
+    c.tick_all(1);
+    assert!(c.node(0).status().commit >= idx, "heartbeat answers carry the verified match");
+    assert!(c.node(0).acknowledged() >= idx);
+}

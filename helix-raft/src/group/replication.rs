@@ -152,24 +152,35 @@ impl RaftGroup {
         if self.progress[i].1.state != ProgressState::CatchUp {
             return Ok(false);
         }
-        let Some(first) = entries.first() else {
+        if entries.is_empty() {
             return Err(RaftError::InvalidCatchUp("no entries"));
-        };
-        if first.index != self.progress[i].1.next {
+        }
+        for pair in entries.windows(2) {
+            if pair[1].index != pair[0].index.next() {
+                return Err(RaftError::InvalidCatchUp("not contiguous"));
+            }
+        }
+        if entries
+            .iter()
+            .any(|e| self.log.term_at(e.index) != Some(e.term))
+        {
+            return Err(RaftError::InvalidCatchUp(
+                "term differs from the leader's log",
+            ));
+        }
+        // Responses may have moved the follower on while the host streamed:
+        // skip what it already has; a gap is the host's error.
+        let next = self.progress[i].1.next;
+        if entries[0].index > next {
             return Err(RaftError::InvalidCatchUp(
                 "does not start where the follower needs",
             ));
         }
-        for (k, e) in entries.iter().enumerate() {
-            if e.index.0 != first.index.0 + k as u64 {
-                return Err(RaftError::InvalidCatchUp("not contiguous"));
-            }
-            if self.log.term_at(e.index) != Some(e.term) {
-                return Err(RaftError::InvalidCatchUp(
-                    "term differs from the leader's log",
-                ));
-            }
-        }
+        let mut entries = entries;
+        entries.retain(|e| e.index >= next);
+        let Some(first) = entries.first() else {
+            return Ok(self.finish_catch_up_if_in_memory(to));
+        };
         let prev_index = first.index.prev();
         let Some(prev_term) = self.log.term_at(prev_index) else {
             return Err(RaftError::InvalidCatchUp(
@@ -201,6 +212,24 @@ impl RaftGroup {
             self.send_appends(to);
         }
         Ok(more)
+    }
+
+    /// Ends catch-up once the follower's next index is back in memory.
+    /// Returns whether more WAL entries are wanted.
+    fn finish_catch_up_if_in_memory(&mut self, to: NodeId) -> bool {
+        let Some(i) = self.progress_index(to) else {
+            return false;
+        };
+        let pr = &mut self.progress[i].1;
+        if pr.state != ProgressState::CatchUp {
+            return false;
+        }
+        if pr.next < self.log.mem_start() {
+            return true;
+        }
+        pr.become_replicate();
+        self.send_appends(to);
+        false
     }
 
     /// Catch-up the host did not serve within two election timeouts is
@@ -268,6 +297,9 @@ impl RaftGroup {
             if self.progress[i].1.on_success(index) {
                 self.maybe_commit();
             }
+            if self.progress[i].1.state == ProgressState::CatchUp {
+                self.finish_catch_up_if_in_memory(from);
+            }
             self.maybe_send_timeout_now(from);
             self.send_appends(from);
         }
@@ -286,6 +318,15 @@ impl RaftGroup {
         let pr = &mut self.progress[i].1;
         pr.recent_active = true;
         pr.durable = pr.durable.max(durable);
+        // `matched` was verified by the follower against this term's log:
+        // as good as an append success whose response was lost.
+        if matched > pr.matched && matched <= self.log.last_index() && pr.on_success(matched) {
+            self.maybe_commit();
+        }
+        if self.progress[i].1.state == ProgressState::CatchUp {
+            self.finish_catch_up_if_in_memory(from);
+        }
+        let pr = &mut self.progress[i].1;
         match pr.state {
             ProgressState::Probe => pr.probe_sent = false,
             ProgressState::Replicate => {

@@ -473,15 +473,15 @@ impl Sim {
     }
 }
 
-/// Number of seeds: `HELIX_SEEDS` or the default; `HELIX_SEED` runs one.
+/// Seeds to run: `HELIX_SEEDS` of them (or the default) starting at
+/// `HELIX_SEED_OFFSET`; `HELIX_SEED` runs exactly one.
 pub fn seeds(default_count: u64, offset: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("HELIX_SEED") {
         return vec![s.parse().expect("HELIX_SEED is a number")];
     }
-    let count = std::env::var("HELIX_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default_count);
+    let env = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let count = env("HELIX_SEEDS").unwrap_or(default_count);
+    let offset = offset + env("HELIX_SEED_OFFSET").unwrap_or(0);
     (offset..offset + count).collect()
 }
 
