@@ -571,6 +571,9 @@ fn a_lost_append_response_is_made_up_by_the_next_heartbeat_answer() {
     }
     assert!(c.node(0).status().commit < idx);
     c.tick_all(1);
-    assert!(c.node(0).status().commit >= idx, "heartbeat answers carry the verified match");
+    assert!(
+        c.node(0).status().commit >= idx,
+        "heartbeat answers carry the verified match"
+    );
     assert!(c.node(0).acknowledged() >= idx);
 }
