@@ -72,7 +72,7 @@ impl Broker {
     /// Opens the data directory: replays the controller and recovers every
     /// partition.
     pub fn open(config: Config) -> Result<Arc<Broker>> {
-        let controller = Controller::open(&config.data_dir.join("controller"))?;
+        let controller = Controller::open(&config.data_dir.join("controller"), config.node_id)?;
         let cluster_id = cluster_id(&config)?;
         let logs = LogShared {
             sync_group: SyncGroup::new(),
