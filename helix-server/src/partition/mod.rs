@@ -62,7 +62,11 @@ impl Partition {
     ) -> Result<Arc<Partition>> {
         std::fs::create_dir_all(dir)?;
         let (log, recovery) = PartitionLog::open(&dir.join("wal"), settings.log.clone())?;
-        let (producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset)?;
+        let (producers, max_ts) = scan::rebuild(
+            &log.reader(),
+            recovery.next_offset,
+            scan::Snapshot::load(dir),
+        )?;
         let reader = Arc::new(RwLock::new(log.reader()));
         let hard_state_file = raft::HardStateFile::new(dir);
         let group = raft::start_group(
@@ -86,14 +90,18 @@ impl Partition {
         let (hw_tx, hw_rx) = watch::channel(recovery.next_offset);
         let max_timestamp = Arc::new(Mutex::new(max_ts));
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let published = worker::Published {
+            reader: reader.clone(),
+            high_watermark: hw_tx,
+            max_timestamp: max_timestamp.clone(),
+        };
         let mut state = worker::WorkerState::new(
+            dir.to_path_buf(),
             log,
-            reader.clone(),
             group,
             hard_state_file,
             producers,
-            hw_tx,
-            max_timestamp.clone(),
+            published,
         );
         state.drive()?;
         tokio::spawn(worker::run(Batcher::new(rx, settings.batch), state));
