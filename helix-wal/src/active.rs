@@ -228,7 +228,9 @@ impl ActiveSegment {
 
     /// Finishes the segment: final time entry, index files and a trimmed
     /// entry index written. The caller syncs first when durability needs it.
-    pub fn seal(mut self) -> Result<Arc<Segment>> {
+    /// With `durable`, the index files and the trimmed entry index are
+    /// fsynced too (`Fsync` mode: once per segment).
+    pub fn seal(mut self, durable: bool) -> Result<Arc<Segment>> {
         if let Some(rel) = self.last_batch_rel {
             let mut ix = self.index.write().unwrap_or_else(|p| p.into_inner());
             if ix
@@ -244,8 +246,22 @@ impl ActiveSegment {
         }
         let (offsets, times) = self.persist_index(None)?;
         index::trim_files(&self.dir, self.base(), offsets, times)?;
-        let ActiveSegment { seg, entries, .. } = self;
+        let ActiveSegment {
+            seg, entries, dir, ..
+        } = self;
+        let base = seg.base_offset;
         entries.seal()?;
+        if durable {
+            for path in [
+                index::offset_path(&dir, base),
+                index::time_path(&dir, base),
+                entry_index::path_for(&dir, base),
+            ] {
+                std::fs::File::open(&path)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| WalError::io("fsync", &path, e))?;
+            }
+        }
         seg.seal();
         Ok(seg)
     }

@@ -267,7 +267,7 @@ pub fn build_test_batch(
     b[RECORD_COUNT..RECORD_COUNT + 4].copy_from_slice(&record_count.max(1).to_be_bytes());
     let crc = compute_crc(&b);
     b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
-    patch_batch_header(&mut b, base_offset, 0).expect("header present");
+    b[BASE_OFFSET..BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
     b
 }
 

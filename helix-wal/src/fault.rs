@@ -7,7 +7,6 @@ use std::path::Path;
 
 /// An I/O step that can be made to fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // every point is wired in; not every one is planned by a test yet
 pub enum Point {
     /// Writing an entry's batches: half the bytes land, then the error.
     LogWrite,
@@ -41,7 +40,6 @@ static PLAN: std::sync::Mutex<Vec<Fault>> = std::sync::Mutex::new(Vec::new());
 /// Fails the `skip + 1`-th hit of `point` under `dir` (and `times - 1` more)
 /// with OS error `errno`.
 #[cfg(test)]
-#[allow(dead_code)]
 pub fn inject(dir: &Path, point: Point, errno: i32, skip: u32, times: u32) {
     PLAN.lock().unwrap_or_else(|p| p.into_inner()).push(Fault {
         dir: dir.to_path_buf(),
@@ -54,7 +52,6 @@ pub fn inject(dir: &Path, point: Point, errno: i32, skip: u32, times: u32) {
 
 /// Removes every fault planned under `dir`.
 #[cfg(test)]
-#[allow(dead_code)]
 pub fn clear(dir: &Path) {
     PLAN.lock()
         .unwrap_or_else(|p| p.into_inner())

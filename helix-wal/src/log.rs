@@ -89,6 +89,10 @@ impl PartitionLog {
         // Fsync: what recovery kept is durable from here on, synced once at open.
         if log.sync.is_some() {
             log.active.sync()?;
+            crate::meta::sync_dir(dir)?;
+            if let Some(parent) = dir.parent() {
+                crate::meta::sync_dir(parent)?;
+            }
         }
         if let Some((_, ls)) = &log.sync
             && let Some(mark) = log.mark()
@@ -260,8 +264,14 @@ impl PartitionLog {
             self.active.next_offset,
             self.config.index_interval_bytes,
         )?;
+        if self.sync.is_some() {
+            // The new files' names must survive a power loss before any
+            // append in them is reported durable (fdatasync does not cover
+            // the directory).
+            crate::meta::sync_dir(&self.dir)?;
+        }
         let old = std::mem::replace(&mut self.active, new);
-        let sealed = match old.seal() {
+        let sealed = match old.seal(self.sync.is_some()) {
             Ok(s) => s,
             Err(e) => {
                 self.failed = true;
@@ -413,7 +423,6 @@ impl PartitionLog {
     /// Test helper: drops the log as a killed process would (no flush, no
     /// final checkpoint).
     #[cfg(test)]
-    #[allow(dead_code)]
     pub(crate) fn crash(mut self) {
         self.closed = true;
     }

@@ -137,7 +137,9 @@ pub fn finish_truncation(dir: &Path, bases: &mut Vec<i64>, intent: TruncateInten
         }
         meta::sync_dir(dir)?;
     }
-    meta::remove(dir, meta::TRUNCATE_INTENT)
+    // Durably gone before any append: see `truncate_after`.
+    meta::remove(dir, meta::TRUNCATE_INTENT)?;
+    meta::sync_dir(dir)
 }
 
 pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
@@ -210,7 +212,7 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         }
         let a = ActiveSegment::open(dir, base, interval, scan.resume)?;
         a.entries.sync()?;
-        sealed.push(a.seal()?);
+        sealed.push(a.seal(true)?);
     }
     let active = match active {
         Some(a) => a,
@@ -271,7 +273,22 @@ fn load_sealed(
                 .metadata()
                 .map_err(|e| WalError::io("stat", &epath, e))?
                 .len();
-            let n = len / RECORD_LEN as u64;
+            let mut n = len / RECORD_LEN as u64;
+            if n > 0 && entry_index::read_slot(&f, &epath, n - 1)?.is_none() {
+                // Trailing preallocated slots: the trim at seal was lost
+                // (a power loss). Find the end of the records by bisection;
+                // the checks below reject anything inconsistent.
+                let (mut lo, mut hi) = (0, n);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if entry_index::read_slot(&f, &epath, mid)?.is_some() {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                n = lo;
+            }
             let first = entry_index::read_slot(&f, &epath, 0)?;
             let last = if n > 0 {
                 entry_index::read_slot(&f, &epath, n - 1)?

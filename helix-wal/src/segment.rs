@@ -13,7 +13,6 @@
 //! batch on, and reads reaching it get `WalError::Corrupt` instead of bytes.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -21,10 +20,11 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use bytes::Bytes;
 use memmap2::Mmap;
 
-use crate::batch::{self, BatchHeader, HEADER_LEN};
+use crate::batch::{self, BatchHeader};
 use crate::budget::FileBudget;
 use crate::error::{Result, WalError};
 use crate::index::SparseIndex;
+use crate::source::{SealedView, Source};
 use crate::verify;
 
 /// Chunk size used when walking the active segment through its file.
@@ -97,18 +97,6 @@ impl ActiveBody {
             index,
         })
     }
-}
-
-#[derive(Debug)]
-struct SealedView {
-    data: Bytes,
-    index: SparseIndex,
-}
-
-/// Where a read's bytes come from.
-enum Source {
-    Active(ActiveBody),
-    Sealed(Arc<SealedView>),
 }
 
 #[derive(Debug)]
@@ -566,59 +554,6 @@ impl Segment {
             file: self.log_path.clone(),
             position,
             reason: reason.into(),
-        }
-    }
-}
-
-impl Source {
-    fn with_index<T>(&self, f: impl FnOnce(&SparseIndex) -> T) -> T {
-        match self {
-            Source::Active(a) => f(&a.index.read().unwrap_or_else(|p| p.into_inner())),
-            Source::Sealed(v) => f(&v.index),
-        }
-    }
-
-    fn header(&self, pos: u64, len: u64, path: &Path) -> Result<Option<BatchHeader>> {
-        if len - pos < HEADER_LEN as u64 {
-            return Ok(None);
-        }
-        match self {
-            Source::Sealed(v) => Ok(BatchHeader::parse(&v.data[pos as usize..]).ok()),
-            Source::Active(a) if (pos as usize) + HEADER_LEN <= a.data.len() => {
-                Ok(BatchHeader::parse(&a.data[pos as usize..]).ok())
-            }
-            Source::Active(a) => {
-                let mut buf = [0u8; HEADER_LEN];
-                a.file
-                    .read_exact_at(&mut buf, pos)
-                    .map_err(|e| WalError::io("read segment", path, e))?;
-                Ok(BatchHeader::parse(&buf).ok())
-            }
-        }
-    }
-
-    /// Bytes `[from, to)` of the segment (callers keep `to` ≤ published length).
-    fn load(&self, from: u64, to: u64, path: &Path) -> Result<Bytes> {
-        match self {
-            Source::Sealed(v) => Ok(v.data.slice(from as usize..to as usize)),
-            Source::Active(a) if to as usize <= a.data.len() => {
-                Ok(a.data.slice(from as usize..to as usize))
-            }
-            Source::Active(a) => {
-                let mut buf = vec![0u8; (to - from) as usize];
-                let mut filled = 0usize;
-                while filled < buf.len() {
-                    match a.file.read_at(&mut buf[filled..], from + filled as u64) {
-                        // A concurrent truncation shrank the file: serve what exists.
-                        Ok(0) => break,
-                        Ok(n) => filled += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(WalError::io("read segment", path, e)),
-                    }
-                }
-                buf.truncate(filled);
-                Ok(Bytes::from(buf))
-            }
         }
     }
 }

@@ -123,7 +123,10 @@ impl PartitionLog {
                 .log_start_offset
                 .store(next_offset, std::sync::atomic::Ordering::Release);
         }
+        // Durably gone before any later append: a surviving intent would
+        // be redone on the next open and cut entries appended after it.
         meta::remove(&self.dir, meta::TRUNCATE_INTENT)?;
+        meta::sync_dir(&self.dir)?;
         Ok(())
     }
 

@@ -447,3 +447,15 @@ fn a_thousand_logs_share_one_budget() {
     }
     assert!(budget.mapped() <= 64);
 }
+
+#[test]
+fn handles_cross_threads_as_the_server_needs() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<PartitionLog>();
+    send_sync::<crate::LogReader>();
+    send_sync::<SyncGroup>();
+    send_sync::<crate::FileBudget>();
+    send::<crate::EntryStream>();
+    send_sync::<crate::ReadResult>();
+}

@@ -346,3 +346,29 @@ fn patching_a_produced_batch_keeps_it_appendable() {
     let h = crate::BatchHeader::parse(&log.reader().read(3, 1).unwrap().bytes).unwrap();
     assert_eq!((h.base_offset, h.partition_leader_epoch), (3, 4));
 }
+
+#[test]
+fn a_sealed_entry_index_with_untrimmed_slots_still_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = Vec::new();
+    {
+        let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+        for i in 1..=30 {
+            all.push(append_batches(&mut log, pos(1, i), 1, 1, 0, 300));
+        }
+        log.close().unwrap();
+    }
+    // As if the trim at seal was lost: zero slots after the records.
+    let path = crate::entry_index::path_for(dir.path(), 0);
+    let len = fs::metadata(&path).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len + 10 * crate::entry_index::RECORD_LEN as u64)
+        .unwrap();
+    let (log, rec) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    assert!(rec.damaged.is_empty(), "{:?}", rec.damaged);
+    assert_eq!(log.term_of(1).unwrap(), Some(1));
+    assert_eq!(&log.reader().read(0, 1).unwrap().bytes[..], &all[0][..]);
+}

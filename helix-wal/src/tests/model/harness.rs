@@ -1,139 +1,9 @@
-//! Model-based property tests. Random sequences of append, roll, read,
-//! reopen, crash (with tail truncation or bit flips injected between the
-//! crash and the reopen), `truncate_after` (also crashed half way), sync and
-//! `delete_records_before` run against the real log and a plain in-memory
-//! model. After every step the log must equal the model: the same offsets and
-//! positions, every read returns exactly the bytes appended at those offsets,
-//! and offset, time and entry lookups agree with a linear scan of the model.
-//! A damaged tail must reopen as the longest valid prefix; a bit flipped
-//! before the tail must be refused (`Corrupt`), never served.
+//! The harness that drives a real log and the model side by side and
+//! compares them after every step.
 
-use std::fs;
-use std::path::Path;
+use super::*;
 
-use proptest::prelude::*;
-
-use super::support::{batch, pos};
-use crate::fault::{self, Point};
-use crate::meta::{self, Checkpoint};
-use crate::segment::log_path;
-use crate::{Durability, LogConfig, PartitionLog, RaftPosition, SyncGroup, WalError};
-
-#[derive(Debug, Clone)]
-struct MBatch {
-    base: i64,
-    next: i64,
-    max_ts: i64,
-    bytes: Vec<u8>,
-}
-
-#[derive(Debug, Clone)]
-struct MEntry {
-    pos: RaftPosition,
-    first_offset: i64,
-    batches: Vec<MBatch>,
-}
-
-impl MEntry {
-    fn len(&self) -> usize {
-        self.batches.iter().map(|b| b.bytes.len()).sum()
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-struct Model {
-    entries: Vec<MEntry>,
-    log_start: i64,
-    /// `(segment base, from, to)`: offsets `[from, to)` of the segment at
-    /// `segment base` must be refused as corrupt.
-    corrupt: Option<(i64, i64, i64)>,
-    /// The next offset while no entry is held.
-    empty_next: i64,
-}
-
-impl Model {
-    fn next_offset(&self) -> i64 {
-        self.entries.last().map_or(self.empty_next, |e| {
-            e.batches.last().map_or(e.first_offset, |b| b.next)
-        })
-    }
-    fn last(&self) -> Option<RaftPosition> {
-        self.entries.last().map(|e| e.pos)
-    }
-    fn batches(&self) -> impl Iterator<Item = &MBatch> {
-        self.entries.iter().flat_map(|e| e.batches.iter())
-    }
-    fn truncate_after(&mut self, index: u64) {
-        if let Some(first) = self.entries.first()
-            && first.pos.index > index
-        {
-            self.empty_next = first.first_offset;
-        }
-        self.entries.retain(|e| e.pos.index <= index);
-        self.log_start = self.log_start.min(self.next_offset());
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Damage {
-    None,
-    /// Cut the active segment's log file at this fraction of its length.
-    CutTail(u16),
-    /// Flip a bit at this fraction of the active segment's bytes after the
-    /// recovery checkpoint.
-    FlipTail(u16, u8),
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Append {
-        batches: u8,
-        records: u8,
-        len: u16,
-        new_term: bool,
-        ts: u16,
-    },
-    Roll,
-    Read(u16, u16),
-    Reopen,
-    Sync,
-    Crash(Damage),
-    Truncate(u16),
-    TruncateCrash {
-        keep: u16,
-        step: u8,
-        tear_intent: bool,
-    },
-    DeleteBefore(u16),
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    let damage = prop_oneof![
-        Just(Damage::None),
-        any::<u16>().prop_map(Damage::CutTail),
-        (any::<u16>(), 0u8..8).prop_map(|(f, b)| Damage::FlipTail(f, b)),
-    ];
-    prop_oneof![
-        12 => (0u8..4, 1u8..4, 0u16..700, proptest::bool::weighted(0.15), 0u16..1000).prop_map(
-            |(batches, records, len, new_term, ts)| Op::Append { batches, records, len, new_term, ts }
-        ),
-        1 => Just(Op::Roll),
-        3 => (any::<u16>(), 1u16..5000).prop_map(|(a, m)| Op::Read(a, m)),
-        1 => Just(Op::Reopen),
-        1 => Just(Op::Sync),
-        2 => damage.prop_map(Op::Crash),
-        1 => any::<u16>().prop_map(Op::Truncate),
-        1 => (any::<u16>(), 1u8..=4, any::<bool>())
-            .prop_map(|(keep, step, tear_intent)| Op::TruncateCrash { keep, step, tear_intent }),
-        1 => any::<u16>().prop_map(Op::DeleteBefore),
-    ]
-}
-
-fn pick(frac: u16, n: u64) -> u64 {
-    (u64::from(frac) * n) / (u64::from(u16::MAX) + 1)
-}
-
-struct Harness {
+pub(super) struct Harness {
     dir: tempfile::TempDir,
     config: LogConfig,
     log: Option<PartitionLog>,
@@ -141,7 +11,7 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(fsync: bool) -> Self {
+    pub(super) fn new(fsync: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig {
             segment_bytes: 2048,
@@ -179,7 +49,7 @@ impl Harness {
         self.model.entries.first().map(|e| e.pos.index)
     }
 
-    fn apply(&mut self, op: &Op) {
+    pub(super) fn apply(&mut self, op: &Op) {
         match op.clone() {
             Op::Append {
                 batches,
@@ -390,7 +260,7 @@ impl Harness {
         assert_eq!(rec.last_position, self.model.last());
     }
 
-    fn check_read(&mut self, a: u16, max: usize) {
+    pub(super) fn check_read(&mut self, a: u16, max: usize) {
         let model = self.model.clone();
         let next = model.next_offset();
         if next == model.log_start {
@@ -437,7 +307,7 @@ impl Harness {
     }
 
     /// Full comparison of the log with the model.
-    fn check(&mut self) {
+    pub(super) fn check(&mut self) {
         let model = self.model.clone();
         let log = self.log.as_ref().unwrap();
         assert_eq!(log.next_offset(), model.next_offset());
@@ -533,7 +403,7 @@ impl Harness {
     /// Flips a bit in a sealed segment (before the tail) after a clean close;
     /// the batch holding it, and everything after it in that segment, must be
     /// refused.
-    fn flip_sealed(&mut self, frac: u16, bit: u8) {
+    pub(super) fn flip_sealed(&mut self, frac: u16, bit: u8) {
         let log = self.log.take().unwrap();
         let segments = log.shared.snapshot();
         log.close().unwrap();
@@ -585,278 +455,4 @@ impl Harness {
             "corruption before the tail is not cut"
         );
     }
-}
-
-fn run(ops: &[Op], fsync: bool, flip: Option<(u16, u8)>) {
-    let mut h = Harness::new(fsync);
-    for op in ops {
-        h.apply(op);
-        h.check();
-    }
-    if let Some((frac, bit)) = flip {
-        h.flip_sealed(frac, bit);
-        h.check();
-        for a in [0u16, 9000, 30000, 65000] {
-            h.check_read(a, 3000);
-        }
-    }
-}
-
-fn cases() -> u32 {
-    std::env::var("WAL_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64)
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
-
-    #[test]
-    fn log_matches_model(
-        ops in proptest::collection::vec(op(), 1..60),
-        fsync in any::<bool>(),
-        flip in proptest::option::of((any::<u16>(), 0u8..8)),
-    ) {
-        run(&ops, fsync, flip);
-    }
-}
-
-#[test]
-fn model_smoke_sequence() {
-    use Op::*;
-    let ops = vec![
-        Append {
-            batches: 2,
-            records: 3,
-            len: 500,
-            new_term: false,
-            ts: 10,
-        },
-        Append {
-            batches: 0,
-            records: 1,
-            len: 0,
-            new_term: true,
-            ts: 0,
-        },
-        Append {
-            batches: 3,
-            records: 1,
-            len: 600,
-            new_term: false,
-            ts: 20,
-        },
-        Crash(Damage::CutTail(40000)),
-        Append {
-            batches: 1,
-            records: 2,
-            len: 100,
-            new_term: true,
-            ts: 30,
-        },
-        TruncateCrash {
-            keep: 100,
-            step: 2,
-            tear_intent: false,
-        },
-        Append {
-            batches: 2,
-            records: 2,
-            len: 700,
-            new_term: false,
-            ts: 40,
-        },
-        DeleteBefore(30000),
-        Reopen,
-    ];
-    run(&ops, false, Some((1, 3)));
-}
-
-#[allow(dead_code)]
-fn _assert_path(_: &Path) {}
-
-#[test]
-fn model_regression_truncate_to_empty_then_roll_and_crash() {
-    use Op::*;
-    let ops = vec![
-        Append {
-            batches: 0,
-            records: 1,
-            len: 0,
-            new_term: false,
-            ts: 0,
-        },
-        Append {
-            batches: 0,
-            records: 1,
-            len: 0,
-            new_term: false,
-            ts: 0,
-        },
-        Append {
-            batches: 1,
-            records: 2,
-            len: 0,
-            new_term: false,
-            ts: 0,
-        },
-        Append {
-            batches: 1,
-            records: 1,
-            len: 5,
-            new_term: false,
-            ts: 0,
-        },
-        Append {
-            batches: 0,
-            records: 1,
-            len: 0,
-            new_term: false,
-            ts: 0,
-        },
-        DeleteBefore(16384),
-        Truncate(55),
-        Append {
-            batches: 2,
-            records: 3,
-            len: 260,
-            new_term: false,
-            ts: 96,
-        },
-        Roll,
-        Crash(Damage::CutTail(22572)),
-    ];
-    run(&ops, true, None);
-}
-
-#[test]
-fn model_regression_cut_tail_after_retention_then_append() {
-    use Op::*;
-    let ops = vec![
-        Append {
-            batches: 2,
-            records: 1,
-            len: 530,
-            new_term: false,
-            ts: 0,
-        },
-        Append {
-            batches: 1,
-            records: 1,
-            len: 223,
-            new_term: false,
-            ts: 0,
-        },
-        Append {
-            batches: 1,
-            records: 1,
-            len: 522,
-            new_term: false,
-            ts: 0,
-        },
-        DeleteBefore(39322),
-        Crash(Damage::CutTail(0)),
-        Append {
-            batches: 0,
-            records: 1,
-            len: 0,
-            new_term: false,
-            ts: 0,
-        },
-    ];
-    run(&ops, false, None);
-}
-
-#[test]
-fn model_regression_flip_after_truncate_crashes() {
-    use Op::*;
-    let a = |batches, len, ts| Append {
-        batches,
-        records: 1,
-        len,
-        new_term: false,
-        ts,
-    };
-    let ops = vec![
-        a(2, 257, 0),
-        a(0, 0, 0),
-        TruncateCrash {
-            keep: 32768,
-            step: 1,
-            tear_intent: false,
-        },
-        a(0, 0, 0),
-        a(0, 0, 0),
-        a(0, 0, 0),
-        TruncateCrash {
-            keep: 16384,
-            step: 1,
-            tear_intent: false,
-        },
-        a(1, 18, 250),
-        a(1, 342, 0),
-        a(1, 128, 0),
-        a(2, 86, 0),
-        a(2, 163, 0),
-    ];
-    run(&ops, false, Some((29899, 0)));
-}
-
-#[test]
-fn model_regression_time_lookup_after_sealed_flip() {
-    use Op::*;
-    let a = |batches, len, ts| Append {
-        batches,
-        records: 1,
-        len,
-        new_term: false,
-        ts,
-    };
-    let ops = vec![
-        a(1, 493, 250),
-        a(2, 364, 0),
-        DeleteBefore(16384),
-        Crash(Damage::FlipTail(25860, 0)),
-        a(2, 45, 0),
-        a(2, 239, 0),
-        a(0, 0, 0),
-        a(0, 0, 0),
-        TruncateCrash {
-            keep: 39322,
-            step: 1,
-            tear_intent: false,
-        },
-        a(2, 281, 0),
-    ];
-    run(&ops, false, Some((62674, 1)));
-}
-
-#[test]
-fn model_regression_flip_in_header_of_sealed_batch() {
-    use Op::*;
-    let a = |batches, records, len| Append {
-        batches,
-        records,
-        len,
-        new_term: false,
-        ts: 0,
-    };
-    let ops = vec![
-        a(1, 3, 0),
-        a(0, 1, 0),
-        a(0, 1, 0),
-        a(0, 1, 0),
-        Truncate(13108),
-        a(1, 1, 0),
-        a(3, 1, 334),
-        a(2, 1, 310),
-        a(2, 1, 360),
-        a(1, 1, 404),
-        a(3, 1, 467),
-        a(0, 1, 0),
-        a(0, 1, 0),
-        a(3, 1, 94),
-    ];
-    run(&ops, false, Some((37896, 0)));
 }
