@@ -39,6 +39,21 @@ pub struct PartitionSettings {
     pub log: LogConfig,
 }
 
+/// A recovered partition whose worker is not running yet.
+pub struct Recovered {
+    state: worker::WorkerState,
+    batcher: Batcher,
+    partition: Partition,
+}
+
+impl Recovered {
+    /// Starts the worker (needs a tokio runtime).
+    pub fn start(self) -> Arc<Partition> {
+        tokio::spawn(worker::run(self.batcher, self.state));
+        Arc::new(self.partition)
+    }
+}
+
 /// The shared handle of one partition.
 #[derive(Debug)]
 pub struct Partition {
@@ -53,13 +68,15 @@ pub struct Partition {
 
 impl Partition {
     /// Opens the partition stored in `dir` (WAL in `dir/wal`, Raft vote in
-    /// `dir`), recovers it, elects this node and starts its worker.
-    pub fn open(
+    /// `dir`), recovers it and elects this node; [`Recovered::start`] then
+    /// starts its worker. Blocking file I/O and fsyncs, no tokio: many
+    /// partitions can recover on plain threads at once.
+    pub fn recover(
         dir: &Path,
         topic: &str,
         index: i32,
         settings: PartitionSettings,
-    ) -> Result<Arc<Partition>> {
+    ) -> Result<Recovered> {
         std::fs::create_dir_all(dir)?;
         let (log, recovery) = PartitionLog::open(&dir.join("wal"), settings.log.clone())?;
         let (producers, max_ts) = scan::rebuild(
@@ -104,15 +121,18 @@ impl Partition {
             published,
         );
         state.drive()?;
-        tokio::spawn(worker::run(Batcher::new(rx, settings.batch), state));
-        Ok(Arc::new(Partition {
-            index,
-            commands: tx,
-            reader,
-            high_watermark: hw_rx,
-            leader_epoch,
-            max_timestamp,
-        }))
+        Ok(Recovered {
+            state,
+            batcher: Batcher::new(rx, settings.batch),
+            partition: Partition {
+                index,
+                commands: tx,
+                reader,
+                high_watermark: hw_rx,
+                leader_epoch,
+                max_timestamp,
+            },
+        })
     }
 
     /// Queues a validated produce request.
