@@ -229,9 +229,7 @@ impl Broker {
             topics.remove(name);
         }
         // Stop the partitions before their files go.
-        for p in &topic.partitions {
-            p.close().await;
-        }
+        close_all_of(&topic.partitions).await;
         let dir = topic_dir(&self.config, &id);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's data");
@@ -353,11 +351,12 @@ impl Broker {
 
     /// Shutdown: every partition flushes and closes its log.
     pub async fn close_all(&self) {
-        for t in self.all_topics() {
-            for p in &t.partitions {
-                p.close().await;
-            }
-        }
+        let all: Vec<Arc<Partition>> = self
+            .all_topics()
+            .iter()
+            .flat_map(|t| t.partitions.clone())
+            .collect();
+        close_all_of(&all).await;
     }
 
     fn install(&self, topic: Arc<Topic>) {
@@ -369,6 +368,18 @@ impl Broker {
 
 fn topic_dir(config: &Config, id: &uuid::Uuid) -> PathBuf {
     config.data_dir.join("topics").join(id.simple().to_string())
+}
+
+/// Closes partitions concurrently: every close is asked for first, then
+/// awaited.
+async fn close_all_of(partitions: &[Arc<Partition>]) {
+    let mut closing = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        closing.extend(p.begin_close().await);
+    }
+    for closed in closing {
+        let _ = closed.await;
+    }
 }
 
 /// Threads recovering partitions at once: their time is mostly fsync

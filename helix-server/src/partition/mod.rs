@@ -160,20 +160,17 @@ impl Partition {
             .try_send(PartitionCommand::Retention { now_ms });
     }
 
-    /// Stops the worker after what is queued before this call, flushing and
-    /// closing the log.
-    pub async fn close(&self) {
+    /// Asks the worker to stop after what is queued before this call,
+    /// flushing and closing the log; the receiver fires once it has. Lets a
+    /// caller close many partitions at once.
+    pub async fn begin_close(&self) -> Option<oneshot::Receiver<()>> {
         let (reply, rx) = oneshot::channel();
-        if self
-            .commands
+        self.commands
             .send(PartitionCommand::Close { reply })
             .await
-            .is_ok()
-        {
-            let _ = rx.await;
-        }
+            .ok()?;
+        Some(rx)
     }
-
     /// The acknowledged end: what consumers may read, exclusive.
     pub fn high_watermark(&self) -> i64 {
         *self.high_watermark.borrow()

@@ -80,7 +80,7 @@ pub(super) async fn run(mut batcher: Batcher, mut state: WorkerState) {
                 state.fail_all(&HelixError::ShuttingDown);
                 state.snapshot();
                 if let Some(log) = state.log.take()
-                    && let Err(e) = log.close()
+                    && let Err(e) = blocking(|| log.close())
                 {
                     tracing::warn!(error = %e, "closing the log failed");
                 }
@@ -205,7 +205,7 @@ impl WorkerState {
                 let log = live(&mut self.log)?;
                 if log.config().durability == Durability::Fsync {
                     let started = Instant::now();
-                    tokio::task::block_in_place(|| log.sync())?;
+                    blocking(|| log.sync())?;
                     m.record(Stage::Fsync, started.elapsed());
                 }
                 let durable = live(&mut self.log)?
@@ -418,6 +418,17 @@ impl WorkerState {
                 let _ = reply.send(Err(copy_error(err)));
             }
         }
+    }
+}
+
+/// Runs a blocking file operation (fsync) from the worker: through
+/// `block_in_place` on a multi-threaded runtime, so other tasks move to
+/// another thread meanwhile; directly on a current-thread runtime (tests),
+/// where `block_in_place` is not allowed.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 
