@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::error::{HelixError, Result};
+use crate::metrics::{Metrics, metrics};
 
 /// Limits of one batch (one Raft entry).
 #[derive(Debug, Clone, Copy)]
@@ -160,6 +161,7 @@ impl Batcher {
 pub struct Backpressure {
     requests: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
+    max_requests: usize,
     max_bytes: usize,
 }
 
@@ -175,6 +177,7 @@ impl Backpressure {
         Backpressure {
             requests: Arc::new(Semaphore::new(max_requests)),
             bytes: Arc::new(Semaphore::new(max_bytes)),
+            max_requests,
             max_bytes,
         }
     }
@@ -196,6 +199,15 @@ impl Backpressure {
                 .acquire_many_owned(take)
                 .await
                 .map_err(|_| HelixError::ShuttingDown)?;
+            let c = &metrics().counters;
+            Metrics::peak(
+                &c.pending_requests_peak,
+                (self.max_requests - self.requests.available_permits()) as u64,
+            );
+            Metrics::peak(
+                &c.pending_bytes_peak,
+                (self.max_bytes - self.bytes.available_permits()) as u64,
+            );
             Ok(Room {
                 _request: request,
                 _bytes: Some(bytes),

@@ -14,7 +14,7 @@ use crate::config::{Config, WriteDurability};
 use crate::controller::topic_config::{self, EffectiveConfig};
 use crate::controller::{Command, Controller, PRODUCER_ID_BLOCK, validate_topic_name};
 use crate::error::{HelixError, Result};
-use crate::partition::{Partition, PartitionSettings};
+use crate::partition::{Partition, PartitionSettings, Recovered};
 
 /// A running topic. Replaced as a whole when it changes.
 #[derive(Debug)]
@@ -74,7 +74,7 @@ impl Broker {
     /// Opens the data directory: replays the controller and recovers every
     /// partition.
     pub fn open(config: Config) -> Result<Arc<Broker>> {
-        let controller = Controller::open(&config.data_dir.join("controller"))?;
+        let controller = Controller::open(&config.data_dir.join("controller"), config.node_id)?;
         let cluster_id = cluster_id(&config)?;
         let logs = LogShared {
             sync_group: SyncGroup::new(),
@@ -83,12 +83,14 @@ impl Broker {
         let mut topics = HashMap::new();
         for (name, record) in &controller.view().topics {
             let effective = EffectiveConfig::resolve(&record.configs, &config);
-            let mut partitions = Vec::new();
-            for p in 0..record.partitions {
-                partitions.push(open_partition(
-                    &config, &logs, name, &record.id, p, &effective,
-                )?);
-            }
+            let partitions = open_partitions(
+                &config,
+                &logs,
+                name,
+                &record.id,
+                0..record.partitions,
+                &effective,
+            )?;
             topics.insert(
                 name.clone(),
                 Arc::new(Topic {
@@ -204,17 +206,14 @@ impl Broker {
             }));
         }
         admin.controller.submit(command)?;
-        let mut opened = Vec::new();
-        for p in 0..partitions {
-            opened.push(open_partition(
-                &self.config,
-                &self.logs,
-                name,
-                &id,
-                p,
-                &effective,
-            )?);
-        }
+        let opened = open_partitions(
+            &self.config,
+            &self.logs,
+            name,
+            &id,
+            0..partitions,
+            &effective,
+        )?;
         let topic = Arc::new(Topic {
             name: name.into(),
             id,
@@ -240,9 +239,7 @@ impl Broker {
             topics.remove(name);
         }
         // Stop the partitions before their files go.
-        for p in &topic.partitions {
-            p.close().await;
-        }
+        crate::partition::close_all(&topic.partitions).await;
         let dir = topic_dir(&self.config, &id);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's data");
@@ -271,16 +268,15 @@ impl Broker {
         }
         admin.controller.submit(command)?;
         let mut partitions = old.partitions.clone();
-        for p in old.partitions.len() as i32..count {
-            partitions.push(open_partition(
-                &self.config,
-                &self.logs,
-                name,
-                &old.id,
-                p,
-                &old.effective,
-            )?);
-        }
+        let first_new = old.partitions.len() as i32;
+        partitions.extend(open_partitions(
+            &self.config,
+            &self.logs,
+            name,
+            &old.id,
+            first_new..count,
+            &old.effective,
+        )?);
         self.install(Arc::new(Topic {
             name: old.name.clone(),
             id: old.id,
@@ -365,11 +361,12 @@ impl Broker {
 
     /// Shutdown: every partition flushes and closes its log.
     pub async fn close_all(&self) {
-        for t in self.all_topics() {
-            for p in &t.partitions {
-                p.close().await;
-            }
-        }
+        let all: Vec<Arc<Partition>> = self
+            .all_topics()
+            .iter()
+            .flat_map(|t| t.partitions.clone())
+            .collect();
+        crate::partition::close_all(&all).await;
         self.groups.close().await;
     }
 
@@ -384,14 +381,60 @@ fn topic_dir(config: &Config, id: &uuid::Uuid) -> PathBuf {
     config.data_dir.join("topics").join(id.simple().to_string())
 }
 
-fn open_partition(
+/// Threads recovering partitions at once: their time is mostly fsync
+/// latency, which overlaps.
+const RECOVERY_THREADS: usize = 8;
+
+/// Opens partitions `indexes` of a topic: recovered on up to
+/// [`RECOVERY_THREADS`] plain threads, then started in index order.
+fn open_partitions(
+    config: &Config,
+    logs: &LogShared,
+    name: &str,
+    id: &uuid::Uuid,
+    indexes: std::ops::Range<i32>,
+    effective: &EffectiveConfig,
+) -> Result<Vec<Arc<Partition>>> {
+    let all: Vec<i32> = indexes.collect();
+    let per_thread = all.len().div_ceil(RECOVERY_THREADS).max(1);
+    let recovered: Vec<Result<Vec<Recovered>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = all
+            .chunks(per_thread)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|p| recover_partition(config, logs, name, id, *p, effective))
+                        .collect()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Err(HelixError::CorruptState(
+                        "partition recovery thread panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    let mut started = Vec::with_capacity(all.len());
+    for chunk in recovered {
+        started.extend(chunk?.into_iter().map(Recovered::start));
+    }
+    Ok(started)
+}
+
+fn recover_partition(
     config: &Config,
     logs: &LogShared,
     name: &str,
     id: &uuid::Uuid,
     index: i32,
     effective: &EffectiveConfig,
-) -> Result<Arc<Partition>> {
+) -> Result<Recovered> {
     let dir = topic_dir(config, id).join(index.to_string());
     let log = log_config(config, logs, effective);
     let settings = PartitionSettings {
@@ -405,7 +448,7 @@ fn open_partition(
         },
         log,
     };
-    Partition::open(&dir, name, index, settings)
+    Partition::recover(&dir, name, index, settings)
 }
 
 fn now_ms() -> i64 {

@@ -58,6 +58,10 @@ pub struct Counters {
     pub raft_entries: AtomicU64,
     pub connections: AtomicU64,
     pub backpressure_timeouts: AtomicU64,
+    /// Most produce requests / bytes held unanswered at once (high-water
+    /// marks of the backpressure budget).
+    pub pending_requests_peak: AtomicU64,
+    pub pending_bytes_peak: AtomicU64,
 }
 
 /// The registry.
@@ -100,6 +104,11 @@ impl Metrics {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Raises a high-water mark.
+    pub fn peak(gauge: &AtomicU64, value: u64) {
+        gauge.fetch_max(value, Ordering::Relaxed);
+    }
+
     /// One line per stage: count, p50, p99, p99.9, max in microseconds.
     pub fn summary(&self) -> String {
         let mut out = String::new();
@@ -121,13 +130,15 @@ impl Metrics {
         }
         let c = &self.counters;
         out.push_str(&format!(
-            "produce_requests={} produce_bytes={} fetch_requests={} raft_entries={} connections={} backpressure_timeouts={}",
+            "produce_requests={} produce_bytes={} fetch_requests={} raft_entries={} connections={} backpressure_timeouts={} pending_requests_peak={} pending_bytes_peak={}",
             c.produce_requests.load(Ordering::Relaxed),
             c.produce_bytes.load(Ordering::Relaxed),
             c.fetch_requests.load(Ordering::Relaxed),
             c.raft_entries.load(Ordering::Relaxed),
             c.connections.load(Ordering::Relaxed),
             c.backpressure_timeouts.load(Ordering::Relaxed),
+            c.pending_requests_peak.load(Ordering::Relaxed),
+            c.pending_bytes_peak.load(Ordering::Relaxed),
         ));
         out
     }

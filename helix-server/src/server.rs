@@ -53,6 +53,7 @@ impl DataDirLock {
 
 /// Runs the broker until a shutdown signal.
 pub async fn run(config: Config) -> Result<()> {
+    let signal = shutdown_signal();
     let _lock = DataDirLock::acquire(&config)?;
     // Open (and replay) everything before binding: a client that can
     // connect finds a broker that is ready and handles SIGTERM.
@@ -70,7 +71,6 @@ pub async fn run(config: Config) -> Result<()> {
     let limit = Arc::new(Semaphore::new(broker.config.max_connections));
     let mut connections = JoinSet::new();
     let mut retention = tokio::time::interval(RETENTION_INTERVAL);
-    let signal = shutdown_signal();
     tokio::pin!(signal);
     loop {
         tokio::select! {
@@ -115,21 +115,27 @@ pub async fn run(config: Config) -> Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// Installs the SIGTERM / SIGINT handlers now (so a signal that arrives
+/// while the data directory is still being recovered is not fatal) and
+/// returns the future that resolves on the first of them.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    match (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM"),
-                _ = int.recv() => tracing::info!("SIGINT"),
+    );
+    async move {
+        match handlers {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM"),
+                    _ = int.recv() => tracing::info!("SIGINT"),
+                }
             }
-        }
-        _ => {
-            tracing::warn!("cannot install signal handlers; use ctrl-c");
-            let _ = tokio::signal::ctrl_c().await;
+            _ => {
+                tracing::warn!("cannot install signal handlers; use ctrl-c");
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }

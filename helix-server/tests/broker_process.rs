@@ -197,3 +197,64 @@ fn a_second_broker_on_the_same_data_dir_is_refused_and_sigterm_exits_cleanly() {
     let status = broker.terminate();
     assert!(status.success(), "exit status {status:?}");
 }
+
+/// (error, epoch, end offset) for `epoch` of partition 0.
+fn end_of_epoch(c: &mut common::Client, topic: &str, epoch: i32) -> (i16, i32, i64) {
+    let mut p = offset_for_leader_epoch_request::OffsetForLeaderPartition::default();
+    p.partition = 0;
+    p.current_leader_epoch = -1;
+    p.leader_epoch = epoch;
+    let mut t = offset_for_leader_epoch_request::OffsetForLeaderTopic::default();
+    t.topic = topic_name(topic);
+    t.partitions = vec![p];
+    let mut req = OffsetForLeaderEpochRequest::default();
+    req.replica_id = BrokerId(-1);
+    req.topics = vec![t];
+    let ResponseKind::OffsetForLeaderEpoch(resp) =
+        c.call(ApiKey::OffsetForLeaderEpoch, 4, req.into())
+    else {
+        panic!("kind")
+    };
+    let r = &resp.topics[0].partitions[0];
+    (r.error_code, r.leader_epoch, r.end_offset)
+}
+
+/// The leader epoch in Metadata for partition 0.
+fn leader_epoch(c: &mut common::Client, topic: &str) -> i32 {
+    let mut t = metadata_request::MetadataRequestTopic::default();
+    t.name = Some(topic_name(topic));
+    let mut req = MetadataRequest::default();
+    req.topics = Some(vec![t]);
+    let ResponseKind::Metadata(resp) = c.call(ApiKey::Metadata, 12, req.into()) else {
+        panic!("kind")
+    };
+    resp.topics[0].partitions[0].leader_epoch
+}
+
+#[test]
+fn every_restart_is_a_new_leader_epoch_and_old_epochs_end_where_the_next_began() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = BrokerProcess::start(dir.path());
+    let mut c = broker.connect();
+    create_topic(&mut c, "epochs", 1);
+    let first = leader_epoch(&mut c, "epochs");
+    assert_eq!(produce(&mut c, "epochs", 0, batch(&["a", "b"], 1)), (0, 0));
+    let port = broker.addr.port();
+    broker.kill();
+
+    let broker = BrokerProcess::start_on(dir.path(), port);
+    let mut c = broker.connect();
+    let second = leader_epoch(&mut c, "epochs");
+    assert!(second > first, "epoch {second} after {first}");
+    assert_eq!(produce(&mut c, "epochs", 0, batch(&["c"], 2)), (0, 2));
+    assert_eq!(
+        end_of_epoch(&mut c, "epochs", first),
+        (0, first, 2),
+        "the first epoch ends at 2"
+    );
+    assert_eq!(
+        end_of_epoch(&mut c, "epochs", second),
+        (0, second, 3),
+        "the current epoch ends at the end"
+    );
+}

@@ -1,11 +1,11 @@
 //! The controller: topics, their partition counts, topic configs and
 //! producer-id blocks, as commands applied to an in-memory view.
 //!
-//! It is written as the state machine of Raft group 0: every change is a
-//! [`Command`], made durable first (interim: [`log::CommandLog`], see
-//! docs/adr/0010), then applied by [`ControllerView::apply`], which is
-//! deterministic and never fails for a command that passed validation. A
-//! restart replays the commands.
+//! It is the state machine of Raft group 0: every change is a [`Command`],
+//! made durable first through group 0 ([`log::CommandLog`]: helix-raft over
+//! helix-wal, one voter for now), then applied by
+//! [`ControllerView::apply`], which is deterministic and never fails for a
+//! command that passed validation. A restart replays the commands.
 
 pub mod log;
 pub mod topic_config;
@@ -171,9 +171,9 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Opens `dir/commands.log` and replays it.
-    pub fn open(dir: &Path) -> Result<Controller> {
-        let (log, commands) = log::CommandLog::open(&dir.join("commands.log"))?;
+    /// Opens group 0's log in `dir` and replays it.
+    pub fn open(dir: &Path, node_id: i32) -> Result<Controller> {
+        let (log, commands) = log::CommandLog::open(dir, node_id)?;
         let mut view = ControllerView::default();
         for c in &commands {
             // A command was validated before it was logged; replay trusts
@@ -229,7 +229,7 @@ mod tests {
     fn commands_survive_a_restart() {
         let dir = tempfile::tempdir().expect("tempdir");
         {
-            let mut c = Controller::open(dir.path()).expect("open");
+            let mut c = Controller::open(dir.path(), 1).expect("open");
             c.submit(create("orders", 3)).expect("create");
             c.submit(Command::CreatePartitions {
                 name: "orders".into(),
@@ -246,7 +246,7 @@ mod tests {
             c.submit(Command::AllocateProducerIds { end: 1000 })
                 .expect("pids");
         }
-        let c = Controller::open(dir.path()).expect("reopen");
+        let c = Controller::open(dir.path(), 1).expect("reopen");
         let t = &c.view().topics["orders"];
         assert_eq!(t.partitions, 5);
         assert_eq!(t.configs["retention.ms"], "1000");
@@ -256,7 +256,7 @@ mod tests {
     #[test]
     fn invalid_commands_are_refused_and_not_logged() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut c = Controller::open(dir.path()).expect("open");
+        let mut c = Controller::open(dir.path(), 1).expect("open");
         c.submit(create("a", 1)).expect("create");
         assert!(matches!(
             c.submit(create("a", 1)),
@@ -278,7 +278,7 @@ mod tests {
             .is_err()
         );
         drop(c);
-        let c = Controller::open(dir.path()).expect("reopen");
+        let c = Controller::open(dir.path(), 1).expect("reopen");
         assert_eq!(c.view().topics.len(), 1);
     }
 
@@ -286,17 +286,24 @@ mod tests {
     fn a_torn_last_command_is_cut() {
         let dir = tempfile::tempdir().expect("tempdir");
         {
-            let mut c = Controller::open(dir.path()).expect("open");
+            let mut c = Controller::open(dir.path(), 1).expect("open");
             c.submit(create("a", 1)).expect("create");
         }
-        let path = dir.path().join("commands.log");
+        // A crash mid-append leaves part of a batch after the last whole one.
+        let path = dir.path().join("wal").join("00000000000000000000.log");
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
-            .expect("open");
-        std::io::Write::write_all(&mut f, b"{\"op\":\"delete_to").expect("write");
+            .expect("open segment");
+        std::io::Write::write_all(&mut f, &[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 90, 0])
+            .expect("write");
         drop(f);
-        let c = Controller::open(dir.path()).expect("reopen");
+        let mut c = Controller::open(dir.path(), 1).expect("reopen");
         assert!(c.view().topics.contains_key("a"));
+        c.submit(create("b", 1))
+            .expect("the log continues after the cut");
+        drop(c);
+        let c = Controller::open(dir.path(), 1).expect("reopen again");
+        assert_eq!(c.view().topics.len(), 2);
     }
 }

@@ -109,7 +109,8 @@ impl GroupService {
                 log: log.clone(),
             };
             let dir = config.data_dir.join("groups").join(index.to_string());
-            let partition = Partition::open(&dir, "__consumer_offsets", index as i32, settings)?;
+            let partition =
+                Partition::recover(&dir, "__consumer_offsets", index as i32, settings)?.start();
             let id = CoordinatorPartition(index);
             coordinator.begin_load(id);
             replay(&mut coordinator, id, &partition, now)?;
@@ -192,9 +193,7 @@ impl GroupService {
 
     /// Shutdown: every coordinator partition flushes and closes its log.
     pub async fn close(&self) {
-        for partition in &self.partitions {
-            partition.close().await;
-        }
+        crate::partition::close_all(&self.partitions).await;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Host> {

@@ -2,7 +2,7 @@
 //! followed by that many bytes. The declared length is checked against the
 //! configured maximum before any buffer is allocated for it.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::{HelixError, Result};
@@ -29,10 +29,22 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max_len: usize) -> Resu
     if len > max_len {
         return Err(HelixError::FrameTooLarge(i64::from(declared), max_len));
     }
-    let mut buf = BytesMut::zeroed(len);
-    r.read_exact(&mut buf).await?;
-    Ok(Some(buf.freeze()))
+    // Memory follows the bytes that actually arrive: a client announcing a
+    // large frame and sending it slowly (or never) holds only what it sent.
+    let mut buf = Vec::with_capacity(len.min(INITIAL_FRAME_BUFFER));
+    let got = r.take(len as u64).read_to_end(&mut buf).await?;
+    if got < len {
+        return Err(HelixError::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("frame cut after {got} of {len} bytes"),
+        )));
+    }
+    Ok(Some(Bytes::from(buf)))
 }
+
+/// First allocation for a frame (typical produce requests fit); larger
+/// frames grow as their bytes arrive.
+const INITIAL_FRAME_BUFFER: usize = 1024 * 1024;
 
 #[cfg(test)]
 mod tests {

@@ -25,12 +25,18 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
     resp.controller_id = BrokerId(node);
     // Before v4 the field does not exist and Kafka auto-creates.
     let allow_create = version < 4 || req.allow_auto_topic_creation;
+    // v0 has no null: an empty list asks for every topic.
+    let every_topic = req
+        .topics
+        .as_ref()
+        .is_none_or(|t| version == 0 && t.is_empty());
     resp.topics = match req.topics {
-        None => broker
+        _ if every_topic => broker
             .all_topics()
             .iter()
             .map(|t| topic_entry(t, node))
             .collect(),
+        None => Vec::new(),
         Some(requested) => {
             let mut out = Vec::with_capacity(requested.len());
             for r in requested {

@@ -494,3 +494,16 @@ async fn random_request_bodies_never_panic_the_broker() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_v0_with_no_topics_lists_every_topic_and_v1_lists_none() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = broker(dir.path()).await;
+    for (version, want) in [(0i16, 2usize), (1, 0)] {
+        let mut req = MetadataRequest::default();
+        req.topics = Some(Vec::new());
+        let mut out = roundtrip(&b, ApiKey::Metadata, version, &req.into()).await;
+        let resp = MetadataResponse::decode(&mut out, version).expect("decode");
+        assert_eq!(resp.topics.len(), want, "v{version}");
+    }
+}

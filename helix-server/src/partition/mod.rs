@@ -39,6 +39,21 @@ pub struct PartitionSettings {
     pub log: LogConfig,
 }
 
+/// A recovered partition whose worker is not running yet.
+pub struct Recovered {
+    state: worker::WorkerState,
+    batcher: Batcher,
+    partition: Partition,
+}
+
+impl Recovered {
+    /// Starts the worker (needs a tokio runtime).
+    pub fn start(self) -> Arc<Partition> {
+        tokio::spawn(worker::run(self.batcher, self.state));
+        Arc::new(self.partition)
+    }
+}
+
 /// The shared handle of one partition.
 #[derive(Debug)]
 pub struct Partition {
@@ -53,16 +68,22 @@ pub struct Partition {
 
 impl Partition {
     /// Opens the partition stored in `dir` (WAL in `dir/wal`, Raft vote in
-    /// `dir`), recovers it, elects this node and starts its worker.
-    pub fn open(
+    /// `dir`), recovers it and elects this node; [`Recovered::start`] then
+    /// starts its worker. Blocking file I/O and fsyncs, no tokio: many
+    /// partitions can recover on plain threads at once.
+    pub fn recover(
         dir: &Path,
         topic: &str,
         index: i32,
         settings: PartitionSettings,
-    ) -> Result<Arc<Partition>> {
+    ) -> Result<Recovered> {
         std::fs::create_dir_all(dir)?;
         let (log, recovery) = PartitionLog::open(&dir.join("wal"), settings.log.clone())?;
-        let (producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset)?;
+        let (producers, max_ts) = scan::rebuild(
+            &log.reader(),
+            recovery.next_offset,
+            scan::Snapshot::load(dir),
+        )?;
         let reader = Arc::new(RwLock::new(log.reader()));
         let hard_state_file = raft::HardStateFile::new(dir);
         let group = raft::start_group(
@@ -86,25 +107,32 @@ impl Partition {
         let (hw_tx, hw_rx) = watch::channel(recovery.next_offset);
         let max_timestamp = Arc::new(Mutex::new(max_ts));
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let published = worker::Published {
+            reader: reader.clone(),
+            high_watermark: hw_tx,
+            max_timestamp: max_timestamp.clone(),
+        };
         let mut state = worker::WorkerState::new(
+            dir.to_path_buf(),
             log,
-            reader.clone(),
             group,
             hard_state_file,
             producers,
-            hw_tx,
-            max_timestamp.clone(),
+            published,
         );
         state.drive()?;
-        tokio::spawn(worker::run(Batcher::new(rx, settings.batch), state));
-        Ok(Arc::new(Partition {
-            index,
-            commands: tx,
-            reader,
-            high_watermark: hw_rx,
-            leader_epoch,
-            max_timestamp,
-        }))
+        Ok(Recovered {
+            state,
+            batcher: Batcher::new(rx, settings.batch),
+            partition: Partition {
+                index,
+                commands: tx,
+                reader,
+                high_watermark: hw_rx,
+                leader_epoch,
+                max_timestamp,
+            },
+        })
     }
 
     /// Queues a validated produce request.
@@ -132,20 +160,17 @@ impl Partition {
             .try_send(PartitionCommand::Retention { now_ms });
     }
 
-    /// Stops the worker after what is queued before this call, flushing and
-    /// closing the log.
-    pub async fn close(&self) {
+    /// Asks the worker to stop after what is queued before this call,
+    /// flushing and closing the log; the receiver fires once it has. Lets a
+    /// caller close many partitions at once.
+    pub async fn begin_close(&self) -> Option<oneshot::Receiver<()>> {
         let (reply, rx) = oneshot::channel();
-        if self
-            .commands
+        self.commands
             .send(PartitionCommand::Close { reply })
             .await
-            .is_ok()
-        {
-            let _ = rx.await;
-        }
+            .ok()?;
+        Some(rx)
     }
-
     /// The acknowledged end: what consumers may read, exclusive.
     pub fn high_watermark(&self) -> i64 {
         *self.high_watermark.borrow()
@@ -212,5 +237,17 @@ impl Partition {
             .commands
             .send(PartitionCommand::Reconfigure { log })
             .await;
+    }
+}
+
+/// Closes partitions concurrently: every close is asked for first, then
+/// awaited.
+pub async fn close_all(partitions: &[Arc<Partition>]) {
+    let mut closing = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        closing.extend(p.begin_close().await);
+    }
+    for closed in closing {
+        let _ = closed.await;
     }
 }

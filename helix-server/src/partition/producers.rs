@@ -6,6 +6,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use serde::{Deserialize, Serialize};
+
 use super::batch::{BatchHeader, NO_PRODUCER_ID};
 use crate::error::{HelixError, Result};
 
@@ -13,14 +15,14 @@ use crate::error::{HelixError, Result};
 /// per partition, so a retry is always one of the last 5.
 const REMEMBERED_BATCHES: usize = 5;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct BatchSeq {
     first_seq: i32,
     last_seq: i32,
     base_offset: i64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct ProducerEntry {
     epoch: i16,
     recent: VecDeque<BatchSeq>,
@@ -36,13 +38,14 @@ pub enum SequenceCheck {
 }
 
 /// Producer id → sequence state for one partition.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ProducerTable {
     producers: HashMap<i64, ProducerEntry>,
 }
 
 impl ProducerTable {
     /// Rebuilds the table from stored batch headers, oldest first.
+    #[cfg(test)]
     pub fn rebuild(headers: &[BatchHeader]) -> ProducerTable {
         let mut t = ProducerTable::default();
         for h in headers {

@@ -15,7 +15,7 @@ use super::apply::{Applied, apply_produce};
 use super::entry::{self, PartitionEntry};
 use super::producers::ProducerTable;
 use super::raft::HardStateFile;
-use super::scan::MaxTimestamp;
+use super::scan::{MaxTimestamp, Snapshot};
 use crate::batcher::{
     Batcher, PartitionCommand, PendingProduce, ProduceAck, ProduceOutcome, Room, Work,
 };
@@ -43,6 +43,8 @@ struct Unacked {
 }
 
 pub(super) struct WorkerState {
+    /// The partition's directory (snapshots of derived state live here).
+    dir: std::path::PathBuf,
     /// Always Some, except for the instant of a reopen (see `reconfigure`).
     log: Option<PartitionLog>,
     /// The readers' handle, replaced when the log is reopened.
@@ -76,8 +78,9 @@ pub(super) async fn run(mut batcher: Batcher, mut state: WorkerState) {
             }
             Work::Control(PartitionCommand::Close { reply }) => {
                 state.fail_all(&HelixError::ShuttingDown);
+                state.snapshot();
                 if let Some(log) = state.log.take()
-                    && let Err(e) = log.close()
+                    && let Err(e) = blocking(|| log.close())
                 {
                     tracing::warn!(error = %e, "closing the log failed");
                 }
@@ -105,24 +108,31 @@ pub(super) async fn run(mut batcher: Batcher, mut state: WorkerState) {
     }
 }
 
+/// What the worker publishes to the partition's readers.
+pub(super) struct Published {
+    pub reader: Arc<RwLock<LogReader>>,
+    pub high_watermark: watch::Sender<i64>,
+    pub max_timestamp: Arc<Mutex<MaxTimestamp>>,
+}
+
 impl WorkerState {
     pub(super) fn new(
+        dir: std::path::PathBuf,
         log: PartitionLog,
-        reader: Arc<RwLock<LogReader>>,
         group: RaftGroup,
         hard_state: HardStateFile,
         producers: ProducerTable,
-        high_watermark: watch::Sender<i64>,
-        max_timestamp: Arc<Mutex<MaxTimestamp>>,
+        published: Published,
     ) -> WorkerState {
         WorkerState {
+            dir,
             log: Some(log),
-            reader,
+            reader: published.reader,
             group,
             hard_state,
             producers,
-            high_watermark,
-            max_timestamp,
+            high_watermark: published.high_watermark,
+            max_timestamp: published.max_timestamp,
             waiting: VecDeque::new(),
             unacked: VecDeque::new(),
         }
@@ -195,7 +205,7 @@ impl WorkerState {
                 let log = live(&mut self.log)?;
                 if log.config().durability == Durability::Fsync {
                     let started = Instant::now();
-                    tokio::task::block_in_place(|| log.sync())?;
+                    blocking(|| log.sync())?;
                     m.record(Stage::Fsync, started.elapsed());
                 }
                 let durable = live(&mut self.log)?
@@ -351,6 +361,7 @@ impl WorkerState {
     /// segment never is. The limits are those the log was opened with (a
     /// changed topic setting applies from the next open, see docs/adr/0010).
     fn retention(&mut self, now_ms: i64) {
+        self.snapshot();
         let Ok(log) = live(&mut self.log) else { return };
         if let Err(e) = log.apply_retention(now_ms) {
             tracing::warn!(error = %e, "retention failed");
@@ -379,6 +390,21 @@ impl WorkerState {
         Ok(())
     }
 
+    /// Saves the derived state as of the log's end, so the next open scans
+    /// only what follows. Taken between entries, so it matches the log.
+    fn snapshot(&mut self) {
+        let Some(log) = self.log.as_ref() else { return };
+        let snapshot = Snapshot {
+            covers: log.next_offset(),
+            producers: std::mem::take(&mut self.producers),
+            max_timestamp: self.max_timestamp.lock().map(|m| *m).unwrap_or(None),
+        };
+        if let Err(e) = snapshot.save(&self.dir) {
+            tracing::warn!(error = %e, "saving the state snapshot failed");
+        }
+        self.producers = snapshot.producers;
+    }
+
     /// The partition stops: everyone still waiting gets an error.
     fn fail_all(&mut self, err: &HelixError) {
         for (_, waiter, _) in self.waiting.drain(..) {
@@ -392,6 +418,17 @@ impl WorkerState {
                 let _ = reply.send(Err(copy_error(err)));
             }
         }
+    }
+}
+
+/// Runs a blocking file operation (fsync) from the worker: through
+/// `block_in_place` on a multi-threaded runtime, so other tasks move to
+/// another thread meanwhile; directly on a current-thread runtime (tests),
+/// where `block_in_place` is not allowed.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 
