@@ -177,13 +177,15 @@ impl GroupService {
         Ok(service)
     }
 
-    /// Answers one group call. The future resolves when the coordinator
+    /// Answers one group call from `client_id` at `client_host` (Kafka's
+    /// "/1.2.3.4" form, shown by DescribeGroups). The future resolves when the coordinator
     /// replies (a JoinGroup may wait for the whole join phase).
     pub async fn call(
         &self,
         call: GroupCall,
         version: i16,
         client_id: String,
+        client_host: String,
     ) -> Result<ResponseKind> {
         let request = match call {
             GroupCall::FindCoordinator(request) => {
@@ -201,7 +203,7 @@ impl GroupService {
             host.waiting.insert(token, tx);
             let client = ClientInfo {
                 client_id,
-                client_host: String::new(),
+                client_host,
             };
             host.coordinator
                 .handle(token, version, &client, request, now_ms());
