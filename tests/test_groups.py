@@ -1,12 +1,13 @@
 """Consumer groups (issue 13): the classic group protocol with real clients.
 
-Deselected by default (marker `groups`, see pytest.ini) until the broker
-implements groups; run with `-m groups`. Validated against Apache Kafka 3.9.1.
+Marked `groups` (select them alone with `-m groups`). Validated against
+Apache Kafka 3.9.1.
 """
 
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -97,6 +98,45 @@ def test_three_consumers_share_six_partitions_then_two_take_over(broker, topic, 
         assert assigned(rest[0]) | assigned(rest[1]) == set(range(6))
     finally:
         for c in cs[1:]:
+            c.close()
+
+
+# A group member in a process of its own, so the test can kill -9 it: it
+# heartbeats and prints its assignment until killed.
+CHILD_CONSUMER = r"""
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "client.id": "child",
+              "auto.offset.reset": "earliest", "enable.auto.commit": False,
+              "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.1)
+    print(sorted(tp.partition for tp in c.assignment()), flush=True)
+"""
+
+
+def test_killed_consumer_leaves_after_the_session_timeout(broker, topic, consumers):
+    clients.create_topic(broker.bootstrap, topic, 6)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    child = subprocess.Popen([sys.executable, "-c", CHILD_CONSUMER, broker.bootstrap, group, topic],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    survivors = [consumers(broker, group) for _ in range(2)]
+    try:
+        for c in survivors:
+            c.subscribe([topic])
+        # Three members (the child included) hold two partitions each.
+        poll_until(survivors, lambda: all(len(assigned(c)) == 2 for c in survivors))
+        assert child.poll() is None, child.stderr.read().decode(errors="replace")
+        child.kill()  # SIGKILL: no LeaveGroup, only the session timeout removes it
+        child.wait()
+        poll_until(survivors, lambda: all(len(assigned(c)) == 3 for c in survivors), timeout=60)
+        assert assigned(survivors[0]) | assigned(survivors[1]) == set(range(6))
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for c in survivors:
             c.close()
 
 
@@ -196,6 +236,7 @@ def test_kafka_python_admin_lists_describes_and_deletes_groups(broker, topic, co
         desc = a.describe_groups([group])[group]
         assert desc["group_state"] == "Stable" and desc["protocol_type"] == "consumer"
         (member,) = desc["members"]
+        assert member["client_host"] == "/127.0.0.1", member["client_host"]
         assert member["member_metadata"]["topics"] == [topic]
         (assignment,) = member["member_assignment"]["assigned_partitions"]
         assert assignment["topic"] == topic and sorted(assignment["partitions"]) == [0, 1]
@@ -288,6 +329,11 @@ def test_kafka_consumer_groups_tool_list_describe_reset(broker, topic, consumers
         got: list = []
         poll_until([c], lambda: len(got) >= 100, sink=got)
         c.commit(offsets=[TopicPartition(topic, 0, 30), TopicPartition(topic, 1, 20)], asynchronous=False)
+        # Active group: each row names the member's host as Kafka prints it.
+        active = consumer_groups_tool(broker, "--describe", "--group", group)
+        hosts = [line.split()[7] for line in active.splitlines()
+                 if len(line.split()) >= 9 and line.split()[1] == topic]
+        assert hosts == ["/127.0.0.1", "/127.0.0.1"], active
     finally:
         c.close()
 
@@ -312,3 +358,16 @@ def test_java_consumer_group_manual_commits_and_join(broker, topic, version):
     out = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, f"{out}\n{proc.stderr.decode(errors='replace')[-6000:]}"
     assert "HELIX-JAVA-GROUP OK records=400" in out
+
+
+def test_java_admin_group_offsets_refused_on_active_allowed_on_empty(broker, topic):
+    clients.create_topic(broker.bootstrap, topic, 2)
+    produce_n(broker, topic, 20, 2)
+    libs = javalibs.maven_libs("kafka-clients", "3.9.1")
+    source = javalibs.JAVA_DIR / "HelixGroupAdminCheck.java"
+    cp = f"{javalibs.compiled(source, libs)}:{libs}/*"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    proc = javalibs.java(cp, "HelixGroupAdminCheck", broker.bootstrap, topic, group)
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, f"{out}\n{proc.stderr.decode(errors='replace')[-6000:]}"
+    assert "HELIX-JAVA-GROUP-ADMIN OK" in out

@@ -2,7 +2,7 @@
 unknown members, empty protocol lists and huge group ids get Kafka's error
 codes, change nothing, and the broker keeps serving.
 
-Deselected by default (marker `groups`) until the broker implements groups."""
+Marked `groups` (select them alone with `-m groups`)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ use clap::{Parser, ValueEnum};
 use serde::Deserialize;
 
 use crate::error::{HelixError, Result};
+use crate::group::GroupConfig;
 
 /// What "durable on one replica" means before a producer is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -89,6 +90,31 @@ pub struct Flags {
     /// Most client connections served at once.
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Groups: internal coordinator partitions group ids hash to
+    /// (`offsets.topic.num.partitions`); fixed for the life of a data dir.
+    #[arg(long)]
+    pub group_coordinator_partitions: Option<u32>,
+    /// Groups: how long an empty group's committed offsets are kept
+    /// (`offsets.retention.minutes`).
+    #[arg(long)]
+    pub offsets_retention_minutes: Option<u64>,
+    /// Groups: delay of a new group's first rebalance
+    /// (`group.initial.rebalance.delay.ms`).
+    #[arg(long)]
+    pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// Groups: smallest session timeout a member may ask for.
+    #[arg(long)]
+    pub group_min_session_timeout_ms: Option<i32>,
+    /// Groups: largest session timeout a member may ask for.
+    #[arg(long)]
+    pub group_max_session_timeout_ms: Option<i32>,
+    /// Groups: most members of one group (`group.max.size`).
+    #[arg(long)]
+    pub group_max_size: Option<usize>,
+    /// Groups: acknowledged records after which a coordinator partition
+    /// snapshots its view and drops the log before it.
+    #[arg(long)]
+    pub group_snapshot_after_records: Option<u64>,
 }
 
 /// The TOML file: the same settings as [`Flags`], all optional.
@@ -113,6 +139,13 @@ struct FileConfig {
     max_pending_requests: Option<usize>,
     max_pending_bytes: Option<usize>,
     max_connections: Option<usize>,
+    group_coordinator_partitions: Option<u32>,
+    offsets_retention_minutes: Option<u64>,
+    group_initial_rebalance_delay_ms: Option<u64>,
+    group_min_session_timeout_ms: Option<i32>,
+    group_max_session_timeout_ms: Option<i32>,
+    group_max_size: Option<usize>,
+    group_snapshot_after_records: Option<u64>,
 }
 
 /// The effective configuration of this broker process.
@@ -154,6 +187,8 @@ pub struct Config {
     pub max_pending_bytes: usize,
     /// Default 10000.
     pub max_connections: usize,
+    /// The group coordinator's settings (defaults in `GroupConfig`).
+    pub groups: GroupConfig,
 }
 
 impl Default for Config {
@@ -178,6 +213,7 @@ impl Default for Config {
             max_pending_requests: 2000,
             max_pending_bytes: 100 * 1024 * 1024,
             max_connections: 10_000,
+            groups: GroupConfig::default(),
         }
     }
 }
@@ -212,6 +248,25 @@ impl Config {
         set!(max_pending_requests);
         set!(max_pending_bytes);
         set!(max_connections);
+        macro_rules! set_group {
+            ($flag:ident, $field:ident) => {
+                if let Some(v) = flags.$flag.or(file.$flag) {
+                    c.groups.$field = v;
+                }
+            };
+        }
+        set_group!(group_coordinator_partitions, coordinator_partitions);
+        set_group!(group_initial_rebalance_delay_ms, initial_rebalance_delay_ms);
+        set_group!(group_min_session_timeout_ms, min_session_timeout_ms);
+        set_group!(group_max_session_timeout_ms, max_session_timeout_ms);
+        set_group!(group_max_size, max_group_size);
+        set_group!(group_snapshot_after_records, snapshot_after_records);
+        if let Some(minutes) = flags
+            .offsets_retention_minutes
+            .or(file.offsets_retention_minutes)
+        {
+            c.groups.offsets_retention_ms = minutes.saturating_mul(60_000);
+        }
         c.log_level = flags.log_level.or(file.log_level);
         if let Some(us) = flags.batch_linger_us.or(file.batch_linger_us) {
             c.batch_linger = Duration::from_micros(us);
@@ -254,6 +309,7 @@ impl Config {
         if advertised_host_port(&self.advertised).is_none() {
             return bad("advertised must be HOST:PORT");
         }
+        self.groups.validate().map_err(HelixError::Config)?;
         Ok(())
     }
 
@@ -328,6 +384,60 @@ mod tests {
         std::fs::write(&path, "no_such_setting = 1\n").expect("write toml");
         let p = path.to_str().expect("utf8 path");
         assert!(Config::load(flags(&["--config", p])).is_err());
+    }
+
+    #[test]
+    fn group_settings_come_from_flags_and_toml() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("helix.toml");
+        std::fs::write(
+            &path,
+            "group_coordinator_partitions = 8\noffsets_retention_minutes = 2\ngroup_max_size = 5\n",
+        )
+        .expect("write toml");
+        let p = path.to_str().expect("utf8 path");
+        let c = Config::load(flags(&[
+            "--config",
+            p,
+            "--group-initial-rebalance-delay-ms",
+            "3000",
+            "--group-max-size",
+            "7",
+            "--group-min-session-timeout-ms",
+            "1000",
+            "--group-max-session-timeout-ms",
+            "60000",
+            "--group-snapshot-after-records",
+            "100",
+        ]))
+        .expect("valid");
+        assert_eq!(c.groups.coordinator_partitions, 8);
+        assert_eq!(c.groups.offsets_retention_ms, 120_000);
+        assert_eq!(c.groups.initial_rebalance_delay_ms, 3000);
+        assert_eq!(c.groups.max_group_size, 7);
+        assert_eq!(c.groups.min_session_timeout_ms, 1000);
+        assert_eq!(c.groups.max_session_timeout_ms, 60_000);
+        assert_eq!(c.groups.snapshot_after_records, 100);
+        assert_eq!(Config::default().groups, GroupConfig::default());
+    }
+
+    #[test]
+    fn inconsistent_group_settings_are_refused() {
+        for args in [
+            &["--group-coordinator-partitions", "0"][..],
+            &["--group-max-size", "0"],
+            &["--group-min-session-timeout-ms", "0"],
+            &[
+                "--group-min-session-timeout-ms",
+                "10000",
+                "--group-max-session-timeout-ms",
+                "9000",
+            ],
+            &["--offsets-retention-minutes", "0"],
+            &["--group-snapshot-after-records", "0"],
+        ] {
+            assert!(Config::load(flags(args)).is_err(), "{args:?}");
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Black-box tests of the group coordinator in the real binary, spoken to
 //! with raw `kafka-protocol` requests: a member's generation and commits
 //! survive kill -9; bad group input is answered with its code and changes
-//! nothing; FindCoordinator points at this broker.
+//! nothing; FindCoordinator points at this broker; the group settings given
+//! as flags reach the coordinator; DescribeGroups names the member's host.
 
 mod common;
 
@@ -206,4 +207,71 @@ fn bad_group_input_gets_its_code_and_the_broker_keeps_serving() {
         join(&mut c, "g", &first.member_id, vec![("range", Bytes::new())]).error_code,
         0
     );
+}
+
+#[test]
+fn group_flags_reach_the_coordinator_and_describe_names_the_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = BrokerProcess::start_with(
+        dir.path(),
+        common::free_port(),
+        &[
+            "--group-max-size",
+            "1",
+            "--group-max-session-timeout-ms",
+            "20000",
+        ],
+    );
+    let mut c = broker.connect();
+    // The join helper asks for a 30 s session: above the configured maximum.
+    assert_eq!(
+        join(&mut c, "g", "", vec![("range", Bytes::new())]).error_code,
+        26,
+        "INVALID_SESSION_TIMEOUT"
+    );
+    let protocols = || vec![("range", Bytes::new())];
+    let short = |member: &str| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(s("g")))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(s(member))
+            .with_protocol_type(s("consumer"))
+            .with_protocols(
+                protocols()
+                    .into_iter()
+                    .map(|(name, metadata)| {
+                        join_group_request::JoinGroupRequestProtocol::default()
+                            .with_name(s(name))
+                            .with_metadata(metadata)
+                    })
+                    .collect(),
+            )
+    };
+    let call = |c: &mut common::Client, r: JoinGroupRequest| {
+        let ResponseKind::JoinGroup(response) = c.call(ApiKey::JoinGroup, 9, r.into()) else {
+            panic!("kind")
+        };
+        response
+    };
+    let first = call(&mut c, short(""));
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
+    let joined = call(&mut c, short(&first.member_id));
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    assert_eq!(
+        call(&mut c, short("")).error_code,
+        81,
+        "GROUP_MAX_SIZE_REACHED with --group-max-size 1"
+    );
+
+    let describe = DescribeGroupsRequest::default().with_groups(vec![GroupId(s("g"))]);
+    let ResponseKind::DescribeGroups(described) =
+        c.call(ApiKey::DescribeGroups, 5, describe.into())
+    else {
+        panic!("kind")
+    };
+    let members = &described.groups[0].members;
+    assert_eq!(members.len(), 1, "{described:?}");
+    assert_eq!(members[0].member_id, first.member_id);
+    assert_eq!(members[0].client_host.as_str(), "/127.0.0.1");
 }

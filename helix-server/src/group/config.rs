@@ -57,3 +57,38 @@ impl Default for GroupConfig {
         }
     }
 }
+
+/// Most coordinator partitions a node hosts (each is a WAL directory and a
+/// Raft group); Kafka's default is 50.
+pub const MAX_COORDINATOR_PARTITIONS: u32 = 1000;
+
+impl GroupConfig {
+    /// Refuses settings the coordinator cannot work with; the message names
+    /// the setting as `docs/configuration.md` does.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.coordinator_partitions == 0
+            || self.coordinator_partitions > MAX_COORDINATOR_PARTITIONS
+        {
+            return Err(format!(
+                "group_coordinator_partitions must be between 1 and {MAX_COORDINATOR_PARTITIONS}"
+            ));
+        }
+        if self.min_session_timeout_ms <= 0
+            || self.min_session_timeout_ms > self.max_session_timeout_ms
+        {
+            return Err("group_min_session_timeout_ms must be positive and at most \
+                        group_max_session_timeout_ms"
+                .into());
+        }
+        if self.max_group_size == 0 {
+            return Err("group_max_size must be at least 1".into());
+        }
+        if self.offsets_retention_ms == 0 {
+            return Err("offsets_retention_minutes must be at least 1".into());
+        }
+        if self.snapshot_after_records == 0 {
+            return Err("group_snapshot_after_records must be at least 1".into());
+        }
+        Ok(())
+    }
+}

@@ -31,10 +31,12 @@ pub mod wire;
 #[cfg(test)]
 mod tests;
 
+/// The coordinator's settings, part of the broker's `Config`.
+pub use config::GroupConfig;
+
 // What the scenario tests drive, by the names they use.
 #[cfg(test)]
 use {
-    config::GroupConfig,
     coordinator::{Coordinator, GroupRequest},
     record::{GroupRecord, Record, encode_entry},
     response::{GroupResponse, Proposal},

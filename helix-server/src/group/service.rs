@@ -21,7 +21,6 @@ use kafka_protocol::records::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::config::GroupConfig;
 use super::coordinator::Coordinator;
 use super::response::{Proposal, Reply};
 use super::types::{ClientInfo, CoordinatorPartition, ProposalId, RequestToken};
@@ -43,6 +42,27 @@ const COORDINATOR_SEGMENT_BYTES: u64 = 64 << 20;
 /// Raft group ids of coordinator partitions ("HELIXG" in the high bytes;
 /// topic partitions take theirs from random topic ids).
 const COORDINATOR_RAFT_GROUPS: u64 = 0x4845_4c49_5847_0000;
+
+/// Refuses to open a data dir whose coordinator partitions were created with
+/// another `coordinator_partitions`: group ids would hash elsewhere and
+/// their groups and offsets would silently vanish.
+fn check_partition_count(data_dir: &std::path::Path, count: u32) -> Result<()> {
+    let entries = match std::fs::read_dir(data_dir.join("groups")) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(HelixError::Config(format!("cannot list groups/: {e}"))),
+    };
+    let existing = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .count();
+    if existing != 0 && existing != count as usize {
+        return Err(HelixError::Config(format!(
+            "the data dir holds {existing} coordinator partitions; \
+             group_coordinator_partitions is {count} (it cannot change)"
+        )));
+    }
+    Ok(())
+}
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -80,7 +100,8 @@ impl GroupService {
         sync_group: SyncGroup,
         file_budget: FileBudget,
     ) -> Result<Arc<GroupService>> {
-        let group_config = GroupConfig::default();
+        let group_config = config.groups.clone();
+        check_partition_count(&config.data_dir, group_config.coordinator_partitions)?;
         let count = group_config.coordinator_partitions;
         let mut coordinator = Coordinator::new(group_config);
         // No retention: these logs are the groups' state (Kafka compacts
@@ -157,13 +178,15 @@ impl GroupService {
         Ok(service)
     }
 
-    /// Answers one group call. The future resolves when the coordinator
+    /// Answers one group call from `client_id` at `client_host` (Kafka's
+    /// "/1.2.3.4" form, shown by DescribeGroups). The future resolves when the coordinator
     /// replies (a JoinGroup may wait for the whole join phase).
     pub async fn call(
         &self,
         call: GroupCall,
         version: i16,
         client_id: String,
+        client_host: String,
     ) -> Result<ResponseKind> {
         let request = match call {
             GroupCall::FindCoordinator(request) => {
@@ -181,7 +204,7 @@ impl GroupService {
             host.waiting.insert(token, tx);
             let client = ClientInfo {
                 client_id,
-                client_host: String::new(),
+                client_host,
             };
             host.coordinator
                 .handle(token, version, &client, request, now_ms());

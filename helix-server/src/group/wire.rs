@@ -35,6 +35,20 @@ pub fn advertised() -> impl Iterator<Item = (ApiKey, i16, i16)> {
         .chain([(ApiKey::FindCoordinator, min, max)])
 }
 
+/// A client's address as Kafka shows it in DescribeGroups' `client_host`
+/// (Java's `InetAddress.toString()` without a host name: "/127.0.0.1",
+/// IPv6 uncompressed "/0:0:0:0:0:0:0:1"); empty when unknown.
+pub fn client_host(peer: Option<std::net::IpAddr>) -> String {
+    match peer {
+        None => String::new(),
+        Some(std::net::IpAddr::V4(ip)) => format!("/{ip}"),
+        Some(std::net::IpAddr::V6(ip)) => {
+            let segments: Vec<String> = ip.segments().iter().map(|s| format!("{s:x}")).collect();
+            format!("/{}", segments.join(":"))
+        }
+    }
+}
+
 /// The advertised range of `key`, if the group service serves it.
 pub fn range(key: ApiKey) -> Option<(i16, i16)> {
     advertised()

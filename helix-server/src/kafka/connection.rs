@@ -29,6 +29,7 @@ type InFlight = JoinHandle<Result<Option<bytes::Bytes>>>;
 /// Serves a connection until the client closes it, it misbehaves, or the
 /// broker shuts down (then in-flight requests are still answered).
 pub async fn serve(broker: Arc<Broker>, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
+    let peer_ip = stream.peer_addr().ok().map(|a| a.ip());
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -56,7 +57,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, mut shutdown: watch::
                 break;
             }
         };
-        let pending: PendingResponse = match dispatch::start(&broker, frame).await {
+        let pending: PendingResponse = match dispatch::start_from(&broker, frame, peer_ip).await {
             Ok(p) => p,
             Err(close) => {
                 tracing::info!(%peer, reason = %close, "closing connection");

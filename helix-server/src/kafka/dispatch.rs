@@ -32,10 +32,21 @@ pub type PendingResponse = Pin<Box<dyn Future<Output = Result<Option<Bytes>>> + 
 #[error("{0}")]
 pub struct Close(pub String);
 
-/// Decodes the frame and starts handling it.
+/// Decodes the frame and starts handling it (client address unknown).
+#[cfg(test)]
 pub async fn start(
     broker: &Arc<Broker>,
+    frame: Bytes,
+) -> std::result::Result<PendingResponse, Close> {
+    start_from(broker, frame, None).await
+}
+
+/// Decodes a frame received from `peer` and starts handling it; the peer's
+/// address reaches the group coordinator (DescribeGroups' `client_host`).
+pub async fn start_from(
+    broker: &Arc<Broker>,
     mut frame: Bytes,
+    peer: Option<std::net::IpAddr>,
 ) -> std::result::Result<PendingResponse, Close> {
     if frame.len() < 4 {
         return Err(Close("request shorter than its api key and version".into()));
@@ -148,7 +159,10 @@ pub async fn start(
                 let call = crate::group::wire::classify(other)
                     .map_err(|other| Close(format!("no handler for {other:?}")))?;
                 let client_id = header.client_id.as_deref().unwrap_or_default().to_string();
-                Box::pin(async move { respond(b.groups.call(call, version, client_id).await?) })
+                let host = crate::group::wire::client_host(peer);
+                Box::pin(
+                    async move { respond(b.groups.call(call, version, client_id, host).await?) },
+                )
             }
         };
     Ok(pending)

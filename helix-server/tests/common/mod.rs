@@ -38,11 +38,17 @@ impl BrokerProcess {
     }
 
     pub fn start_on(data_dir: &Path, port: u16) -> BrokerProcess {
+        Self::start_with(data_dir, port, &[])
+    }
+
+    /// Starts the broker with `extra` flags after the usual ones.
+    pub fn start_with(data_dir: &Path, port: u16, extra: &[&str]) -> BrokerProcess {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let child = Command::new(env!("CARGO_BIN_EXE_helix-server"))
             .args(["--listen", &addr.to_string(), "--data-dir"])
             .arg(data_dir)
             .args(["--log-level", "warn"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -285,3 +285,18 @@ fn advertised_ranges_stay_within_what_the_codec_decodes() {
         );
     }
 }
+
+#[test]
+fn client_host_is_formatted_as_kafka_shows_it() {
+    use crate::group::wire::client_host;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    assert_eq!(
+        client_host(Some(IpAddr::V4(Ipv4Addr::LOCALHOST))),
+        "/127.0.0.1"
+    );
+    assert_eq!(
+        client_host(Some(IpAddr::V6(Ipv6Addr::LOCALHOST))),
+        "/0:0:0:0:0:0:0:1"
+    );
+    assert_eq!(client_host(None), "");
+}
