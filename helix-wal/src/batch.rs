@@ -31,6 +31,10 @@ const PRODUCER_EPOCH: usize = 51;
 const BASE_SEQUENCE: usize = 53;
 const RECORD_COUNT: usize = 57;
 
+const ATTR_COMPRESSION_MASK: i16 = 0x07;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+
 /// Why a byte range is not a well-formed v2 batch.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum BatchError {
@@ -161,6 +165,29 @@ impl BatchHeader {
     /// The offset just after this batch.
     pub fn next_offset(&self) -> i64 {
         self.last_offset() + 1
+    }
+
+    /// Compression codec id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
+    pub fn compression(&self) -> i16 {
+        self.attributes & ATTR_COMPRESSION_MASK
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+
+    /// Sequence number of the batch's last record (wrapping as Kafka does);
+    /// a negative base sequence (no idempotence) is returned as is.
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return self.base_sequence;
+        }
+        let last = i64::from(self.base_sequence) + i64::from(self.last_offset_delta);
+        (last % (i64::from(i32::MAX) + 1)) as i32
     }
 }
 

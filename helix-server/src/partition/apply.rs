@@ -8,7 +8,7 @@
 use bytes::{Bytes, BytesMut};
 use helix_wal::{PartitionLog, RaftPosition, patch_batch_header};
 
-use super::batch::BatchHeader;
+use super::batch::parse_header;
 use super::producers::{ProducerTable, SequenceCheck};
 use super::scan::MaxTimestamp;
 use crate::error::{HelixError, Result};
@@ -80,15 +80,10 @@ fn apply_request(
     let mut headers = Vec::new();
     let mut pos = 0usize;
     while pos < batches.len() {
-        match BatchHeader::parse(&batches[pos..]) {
-            Ok(h) if pos + h.size <= batches.len() => {
-                pos += h.size;
+        match parse_header(&batches[pos..]) {
+            Ok(h) => {
+                pos += h.total_len();
                 headers.push(h);
-            }
-            Ok(_) => {
-                return Applied::Rejected(HelixError::CorruptBatch(
-                    "batch overruns its request".into(),
-                ));
             }
             Err(e) => return Applied::Rejected(e),
         }
@@ -108,7 +103,7 @@ fn apply_request(
     let base_offset = *next;
     let mut pos = 0usize;
     for h in &headers {
-        if let Err(e) = patch_batch_header(&mut batches[pos..pos + h.size], *next, term) {
+        if let Err(e) = patch_batch_header(&mut batches[pos..pos + h.total_len()], *next, term) {
             // Unreachable for a parsed header; refuse rather than write.
             return Applied::Rejected(HelixError::CorruptBatch(e.to_string()));
         }
@@ -117,7 +112,7 @@ fn apply_request(
             *max_ts = Some((*next, h.max_timestamp));
         }
         *next += i64::from(h.record_count);
-        pos += h.size;
+        pos += h.total_len();
     }
     Applied::Appended { base_offset }
 }
@@ -170,8 +165,8 @@ mod tests {
             "but its entry is recorded"
         );
         let read = log.reader().read(0, 1 << 20).expect("read");
-        let first = BatchHeader::parse(&read.bytes).expect("header");
-        assert_eq!(first.leader_epoch, 4);
+        let first = helix_wal::BatchHeader::parse(&read.bytes).expect("header");
+        assert_eq!(first.partition_leader_epoch, 4);
         assert_eq!(first.base_offset, 0);
     }
 

@@ -10,93 +10,15 @@ use bytes::Bytes;
 
 use crate::error::{HelixError, Result};
 
-/// Bytes before the records of a v2 batch.
-pub const HEADER_LEN: usize = 61;
-/// Bytes counted in `batchLength` are those after the first 12.
-const LENGTH_PREFIX: usize = 12;
-const CRC_START: usize = 21;
-const MAGIC_V2: i8 = 2;
-
-const ATTR_COMPRESSION_MASK: i16 = 0x07;
-const ATTR_TRANSACTIONAL: i16 = 0x10;
-const ATTR_CONTROL: i16 = 0x20;
+pub use helix_wal::batch::{BatchHeader, HEADER_LEN};
 
 /// Producer id of a batch sent without idempotence.
 pub const NO_PRODUCER_ID: i64 = -1;
 
-/// The fields of a v2 batch header the broker looks at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchHeader {
-    pub base_offset: i64,
-    /// Whole batch size in bytes, header included.
-    pub size: usize,
-    pub leader_epoch: i32,
-    pub attributes: i16,
-    pub last_offset_delta: i32,
-    pub base_timestamp: i64,
-    pub max_timestamp: i64,
-    pub producer_id: i64,
-    pub producer_epoch: i16,
-    pub base_sequence: i32,
-    pub record_count: i32,
-}
-
-impl BatchHeader {
-    /// Reads the header at the start of `b`; checks only that it is there.
-    pub fn parse(b: &[u8]) -> Result<BatchHeader> {
-        if b.len() < HEADER_LEN {
-            return Err(HelixError::CorruptBatch(format!(
-                "{} bytes cannot hold a batch header",
-                b.len()
-            )));
-        }
-        let batch_length = be_i32(b, 8);
-        if batch_length < (HEADER_LEN - LENGTH_PREFIX) as i32 {
-            return Err(HelixError::CorruptBatch(format!(
-                "batch length {batch_length} is below the header size"
-            )));
-        }
-        let magic = b[16] as i8;
-        if magic != MAGIC_V2 {
-            return Err(HelixError::CorruptBatch(format!(
-                "magic {magic}: only v2 batches are accepted"
-            )));
-        }
-        Ok(BatchHeader {
-            base_offset: be_i64(b, 0),
-            size: batch_length as usize + LENGTH_PREFIX,
-            leader_epoch: be_i32(b, 12),
-            attributes: be_i16(b, 21),
-            last_offset_delta: be_i32(b, 23),
-            base_timestamp: be_i64(b, 27),
-            max_timestamp: be_i64(b, 35),
-            producer_id: be_i64(b, 43),
-            producer_epoch: be_i16(b, 51),
-            base_sequence: be_i32(b, 53),
-            record_count: be_i32(b, 57),
-        })
-    }
-
-    pub fn compression(&self) -> i16 {
-        self.attributes & ATTR_COMPRESSION_MASK
-    }
-
-    pub fn is_transactional(&self) -> bool {
-        self.attributes & ATTR_TRANSACTIONAL != 0
-    }
-
-    pub fn is_control(&self) -> bool {
-        self.attributes & ATTR_CONTROL != 0
-    }
-
-    /// Sequence number of the batch's last record (wrapping as Kafka does).
-    pub fn last_sequence(&self) -> i32 {
-        if self.base_sequence < 0 {
-            return self.base_sequence;
-        }
-        let last = i64::from(self.base_sequence) + i64::from(self.last_offset_delta);
-        (last % (i64::from(i32::MAX) + 1)) as i32
-    }
+/// Parses the header of the whole batch at the start of `b`, checking its
+/// structure (length, magic 2, lastOffsetDelta, all of it present).
+pub fn parse_header(b: &[u8]) -> Result<BatchHeader> {
+    BatchHeader::parse_checked(b).map_err(|e| HelixError::CorruptBatch(e.to_string()))
 }
 
 /// One validated batch of a produce request.
@@ -113,22 +35,13 @@ pub fn validate(records: &Bytes, max_message_bytes: i32) -> Result<Vec<ValidBatc
     let mut pos = 0usize;
     while pos < records.len() {
         let rest = &records[pos..];
-        let header = BatchHeader::parse(rest)?;
-        if header.size > rest.len() {
-            return Err(HelixError::CorruptBatch(format!(
-                "batch declares {} bytes but {} remain",
-                header.size,
-                rest.len()
-            )));
+        let header = parse_header(rest)?;
+        let size = header.total_len();
+        if size > max_message_bytes.max(0) as usize {
+            return Err(HelixError::MessageTooLarge(size, max_message_bytes));
         }
-        if header.size > max_message_bytes.max(0) as usize {
-            return Err(HelixError::MessageTooLarge(header.size, max_message_bytes));
-        }
-        let batch = &rest[..header.size];
-        let stored_crc = u32::from_be_bytes([batch[17], batch[18], batch[19], batch[20]]);
-        if crc32c::crc32c(&batch[CRC_START..]) != stored_crc {
-            return Err(HelixError::CorruptBatch("CRC-32C mismatch".into()));
-        }
+        let batch = &rest[..size];
+        helix_wal::batch::verify_crc(batch).map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
         if header.record_count <= 0 || header.last_offset_delta != header.record_count - 1 {
             return Err(HelixError::InvalidRecord(format!(
                 "record count {} does not match last offset delta {}",
@@ -164,9 +77,9 @@ pub fn validate(records: &Bytes, max_message_bytes: i32) -> Result<Vec<ValidBatc
             ));
         }
         out.push(ValidBatch {
-            bytes: records.slice(pos..pos + header.size),
+            bytes: records.slice(pos..pos + size),
         });
-        pos += header.size;
+        pos += size;
     }
     if out.is_empty() {
         return Err(HelixError::CorruptBatch(
@@ -180,10 +93,10 @@ pub fn validate(records: &Bytes, max_message_bytes: i32) -> Result<Vec<ValidBatc
 /// timestamp of the first record whose timestamp is >= `ts`. None when no
 /// record matches or the batch cannot be read.
 pub fn first_offset_at_or_after(b: &[u8], ts: i64) -> Option<(i64, i64)> {
-    let h = BatchHeader::parse(b).ok()?;
+    let h = parse_header(b).ok()?;
     let mut found = None;
     super::records::walk(b, |r| {
-        let record_ts = h.base_timestamp + r.timestamp_delta;
+        let record_ts = h.first_timestamp + r.timestamp_delta;
         if record_ts >= ts {
             found = Some((h.base_offset + i64::from(r.offset_delta), record_ts));
             return false;
@@ -192,20 +105,6 @@ pub fn first_offset_at_or_after(b: &[u8], ts: i64) -> Option<(i64, i64)> {
     })
     .ok()?;
     found
-}
-
-fn be_i16(b: &[u8], at: usize) -> i16 {
-    i16::from_be_bytes([b[at], b[at + 1]])
-}
-
-fn be_i32(b: &[u8], at: usize) -> i32 {
-    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn be_i64(b: &[u8], at: usize) -> i64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    i64::from_be_bytes(a)
 }
 
 #[cfg(test)]
@@ -243,7 +142,7 @@ pub(crate) mod tests {
         }
         let mut b = Vec::new();
         b.extend_from_slice(&0i64.to_be_bytes());
-        let len = (HEADER_LEN - LENGTH_PREFIX + records.len()) as i32;
+        let len = (HEADER_LEN - helix_wal::batch::LOG_OVERHEAD + records.len()) as i32;
         b.extend_from_slice(&len.to_be_bytes());
         b.extend_from_slice(&(-1i32).to_be_bytes());
         b.push(2);
@@ -257,7 +156,7 @@ pub(crate) mod tests {
         b.extend_from_slice(&base_sequence.to_be_bytes());
         b.extend_from_slice(&(values.len() as i32).to_be_bytes());
         b.extend_from_slice(&records);
-        let crc = crc32c::crc32c(&b[CRC_START..]);
+        let crc = helix_wal::batch::compute_crc(&b);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         Bytes::from(b)
     }
@@ -274,7 +173,7 @@ pub(crate) mod tests {
         assert_eq!(hdr(&v[0]).record_count, 3);
         assert_eq!(hdr(&v[0]).producer_id, 7);
         assert_eq!(hdr(&v[0]).last_sequence(), 12);
-        assert_eq!(hdr(&v[0]).size, b.len());
+        assert_eq!(hdr(&v[0]).total_len(), b.len());
     }
 
     #[test]
@@ -291,7 +190,7 @@ pub(crate) mod tests {
         let mut raw = make_batch(&[b"x", b"y"], -1, -1, 0).to_vec();
         raw[57..61].copy_from_slice(&3i32.to_be_bytes());
         raw[23..27].copy_from_slice(&2i32.to_be_bytes());
-        let crc = crc32c::crc32c(&raw[CRC_START..]);
+        let crc = helix_wal::batch::compute_crc(&raw);
         raw[17..21].copy_from_slice(&crc.to_be_bytes());
         let err = validate(&Bytes::from(raw), 1 << 20).expect_err("bad count");
         assert!(matches!(err, HelixError::InvalidRecord(_)), "{err}");
@@ -339,6 +238,6 @@ pub(crate) mod tests {
         helix_wal::patch_batch_header(&mut raw, 12345, 9).expect("patch");
         let v = validate(&Bytes::from(raw), 1 << 20).expect("still valid");
         assert_eq!(hdr(&v[0]).base_offset, 12345);
-        assert_eq!(hdr(&v[0]).leader_epoch, 9);
+        assert_eq!(hdr(&v[0]).partition_leader_epoch, 9);
     }
 }

@@ -22,7 +22,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::batcher::{BatchLimits, Batcher, PartitionCommand, PendingProduce};
 use crate::error::{HelixError, Result};
-use batch::BatchHeader;
 use scan::MaxTimestamp;
 
 /// Requests queued to one partition's worker before senders wait. The
@@ -213,11 +212,11 @@ impl Partition {
         // at a batch boundary (a slice, no copy).
         let mut end = 0usize;
         while end < read.bytes.len() {
-            let h = BatchHeader::parse(&read.bytes[end..])?;
+            let h = batch::parse_header(&read.bytes[end..])?;
             if h.base_offset >= hw {
                 break;
             }
-            end += h.size;
+            end += h.total_len();
         }
         Ok(read.bytes.slice(..end))
     }

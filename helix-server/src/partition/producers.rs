@@ -136,11 +136,13 @@ mod tests {
     fn header(pid: i64, epoch: i16, seq: i32, count: i32) -> BatchHeader {
         BatchHeader {
             base_offset: 0,
-            size: 100,
-            leader_epoch: 1,
+            batch_length: 88,
+            partition_leader_epoch: 1,
+            magic: 2,
+            crc: 0,
             attributes: 0,
             last_offset_delta: count - 1,
-            base_timestamp: 0,
+            first_timestamp: 0,
             max_timestamp: 0,
             producer_id: pid,
             producer_epoch: epoch,

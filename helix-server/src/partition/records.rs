@@ -8,7 +8,7 @@
 
 use std::io::{self, Read};
 
-use super::batch::{BatchHeader, HEADER_LEN};
+use super::batch::{HEADER_LEN, parse_header};
 use crate::error::{HelixError, Result};
 
 /// Largest snappy block decompressed at once (a declared length above it is
@@ -30,9 +30,9 @@ pub struct RecordPrefix {
 /// whole batch), in order, until it returns false. Returns how many
 /// records were visited.
 pub fn walk(batch: &[u8], mut visit: impl FnMut(RecordPrefix) -> bool) -> Result<usize> {
-    let h = BatchHeader::parse(batch)?;
+    let h = parse_header(batch)?;
     let body = batch
-        .get(HEADER_LEN..h.size)
+        .get(HEADER_LEN..h.total_len())
         .ok_or_else(|| HelixError::CorruptBatch("batch shorter than declared".into()))?;
     let corrupt = |e: io::Error| HelixError::CorruptBatch(format!("records: {e}"));
     let mut reader: Box<dyn Read + '_> = match h.compression() {

@@ -9,7 +9,6 @@ use std::path::Path;
 use helix_wal::LogReader;
 use serde::{Deserialize, Serialize};
 
-use super::batch::BatchHeader;
 use super::producers::ProducerTable;
 use crate::error::Result;
 
@@ -77,11 +76,11 @@ pub fn rebuild(
         }
         let mut pos = 0usize;
         while pos < chunk.bytes.len() {
-            let h = BatchHeader::parse(&chunk.bytes[pos..])?;
+            let h = super::batch::parse_header(&chunk.bytes[pos..])?;
             if max_ts.is_none_or(|(_, ts)| h.max_timestamp > ts) {
                 max_ts = Some((h.base_offset, h.max_timestamp));
             }
-            pos += h.size;
+            pos += h.total_len();
             producers.record(&h, h.base_offset);
         }
         offset = chunk.next_offset;
@@ -92,6 +91,7 @@ pub fn rebuild(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::partition::batch::BatchHeader;
     use crate::partition::batch::tests::make_batch;
     use crate::partition::producers::SequenceCheck;
     use helix_wal::{LogConfig, PartitionLog, RaftPosition};
