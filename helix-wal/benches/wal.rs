@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use helix_wal::batch::build_test_batch;
 use helix_wal::{
-    Durability, LogConfig, PartitionLog, RaftPosition, SyncGroup, SyncMethod, patch_batch_header,
+    AppendCheck, Durability, LogConfig, PartitionLog, RaftPosition, SyncGroup, SyncMethod,
+    patch_batch_header,
 };
 
 const KIB: usize = 1024;
@@ -25,7 +26,10 @@ fn batch_of(size: usize) -> Vec<u8> {
 
 /// Appends `n` entries of one `batch` each to a fresh log, interleaved in
 /// chunks with the same number of plain `write()`s of the same bytes to a
-/// fresh file, so both see the same machine load. Returns (wal, plain) time.
+/// fresh file, so both see the same machine load. Appends in the mode the
+/// server uses (`AppendCheck::CrcVerifiedByCaller`: its Produce path verified
+/// each CRC before proposing; structure is still checked). Returns (wal,
+/// plain) time.
 fn append_paired(config: &LogConfig, batch: &mut [u8], n: u64) -> (Duration, Duration) {
     const CHUNK: u64 = 64;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -38,12 +42,13 @@ fn append_paired(config: &LogConfig, batch: &mut [u8], n: u64) -> (Duration, Dur
         let start = Instant::now();
         for k in i..end {
             patch_batch_header(batch, k as i64, 1).expect("header");
-            log.append(
+            log.append_checked(
                 RaftPosition {
                     term: 1,
                     index: k + 1,
                 },
                 batch,
+                AppendCheck::CrcVerifiedByCaller,
             )
             .expect("append");
         }
