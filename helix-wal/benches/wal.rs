@@ -26,11 +26,13 @@ fn batch_of(size: usize) -> Vec<u8> {
 
 /// Appends `n` entries of one `batch` each to a fresh log, interleaved in
 /// chunks with the same number of plain `write()`s of the same bytes to a
-/// fresh file, so both see the same machine load. Appends in the mode the
-/// server uses (`AppendCheck::CrcVerifiedByCaller`: its Produce path verified
-/// each CRC before proposing; structure is still checked). Returns (wal,
-/// plain) time.
-fn append_paired(config: &LogConfig, batch: &mut [u8], n: u64) -> (Duration, Duration) {
+/// fresh file, so both see the same machine load. Returns (wal, plain) time.
+fn append_paired(
+    config: &LogConfig,
+    check: AppendCheck,
+    batch: &mut [u8],
+    n: u64,
+) -> (Duration, Duration) {
     const CHUNK: u64 = 64;
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut log, _) = PartitionLog::open(&dir.path().join("wal"), config.clone()).expect("open");
@@ -48,7 +50,7 @@ fn append_paired(config: &LogConfig, batch: &mut [u8], n: u64) -> (Duration, Dur
                     index: k + 1,
                 },
                 batch,
-                AppendCheck::CrcVerifiedByCaller,
+                check,
             )
             .expect("append");
         }
@@ -69,23 +71,36 @@ fn append(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(size as u64));
         let mut batch = batch_of(size);
         let config = LogConfig::default();
-        let mut totals = (Duration::ZERO, Duration::ZERO);
-        g.bench_with_input(BenchmarkId::new("wal", size / KIB), &size, |b, _| {
-            b.iter_custom(|n| {
-                let (wal, plain) = append_paired(&config, &mut batch, n);
-                totals.0 += wal;
-                totals.1 += plain;
-                wal
-            })
-        });
-        if totals.0.is_zero() {
-            continue; // filtered out
+        // "wal": the mode the server uses (`CrcVerifiedByCaller`: its Produce
+        // path verified each CRC before proposing; structure is still
+        // checked). "wal_full_crc": `append`, re-verifying every CRC.
+        let mut ran = false;
+        for (name, check) in [
+            ("wal", AppendCheck::CrcVerifiedByCaller),
+            ("wal_full_crc", AppendCheck::Full),
+        ] {
+            let mut totals = (Duration::ZERO, Duration::ZERO);
+            g.bench_with_input(BenchmarkId::new(name, size / KIB), &size, |b, _| {
+                b.iter_custom(|n| {
+                    let (wal, plain) = append_paired(&config, check, &mut batch, n);
+                    totals.0 += wal;
+                    totals.1 += plain;
+                    wal
+                })
+            });
+            if totals.0.is_zero() {
+                continue; // filtered out
+            }
+            ran = true;
+            eprintln!(
+                "append_replication_only/{name}/{}KiB paired: wal/plain throughput = {:.1}%",
+                size / KIB,
+                100.0 * totals.1.as_secs_f64() / totals.0.as_secs_f64()
+            );
         }
-        eprintln!(
-            "append_replication_only/{}KiB paired: wal/plain throughput = {:.1}%",
-            size / KIB,
-            100.0 * totals.1.as_secs_f64() / totals.0.as_secs_f64()
-        );
+        if !ran {
+            continue;
+        }
         // The plain loop alone, measured by criterion like the WAL.
         let buf = batch_of(size);
         g.bench_with_input(
