@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use helix_wal::batch::build_test_batch;
 use helix_wal::{
-    Durability, LogConfig, PartitionLog, RaftPosition, SyncGroup, SyncMethod, patch_batch_header,
+    AppendCheck, Durability, LogConfig, PartitionLog, RaftPosition, SyncGroup, SyncMethod,
+    patch_batch_header,
 };
 
 const KIB: usize = 1024;
@@ -26,7 +27,12 @@ fn batch_of(size: usize) -> Vec<u8> {
 /// Appends `n` entries of one `batch` each to a fresh log, interleaved in
 /// chunks with the same number of plain `write()`s of the same bytes to a
 /// fresh file, so both see the same machine load. Returns (wal, plain) time.
-fn append_paired(config: &LogConfig, batch: &mut [u8], n: u64) -> (Duration, Duration) {
+fn append_paired(
+    config: &LogConfig,
+    check: AppendCheck,
+    batch: &mut [u8],
+    n: u64,
+) -> (Duration, Duration) {
     const CHUNK: u64 = 64;
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut log, _) = PartitionLog::open(&dir.path().join("wal"), config.clone()).expect("open");
@@ -38,12 +44,13 @@ fn append_paired(config: &LogConfig, batch: &mut [u8], n: u64) -> (Duration, Dur
         let start = Instant::now();
         for k in i..end {
             patch_batch_header(batch, k as i64, 1).expect("header");
-            log.append(
+            log.append_checked(
                 RaftPosition {
                     term: 1,
                     index: k + 1,
                 },
                 batch,
+                check,
             )
             .expect("append");
         }
@@ -64,23 +71,36 @@ fn append(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(size as u64));
         let mut batch = batch_of(size);
         let config = LogConfig::default();
-        let mut totals = (Duration::ZERO, Duration::ZERO);
-        g.bench_with_input(BenchmarkId::new("wal", size / KIB), &size, |b, _| {
-            b.iter_custom(|n| {
-                let (wal, plain) = append_paired(&config, &mut batch, n);
-                totals.0 += wal;
-                totals.1 += plain;
-                wal
-            })
-        });
-        if totals.0.is_zero() {
-            continue; // filtered out
+        // "wal": the mode the server uses (`CrcVerifiedByCaller`: its Produce
+        // path verified each CRC before proposing; structure is still
+        // checked). "wal_full_crc": `append`, re-verifying every CRC.
+        let mut ran = false;
+        for (name, check) in [
+            ("wal", AppendCheck::CrcVerifiedByCaller),
+            ("wal_full_crc", AppendCheck::Full),
+        ] {
+            let mut totals = (Duration::ZERO, Duration::ZERO);
+            g.bench_with_input(BenchmarkId::new(name, size / KIB), &size, |b, _| {
+                b.iter_custom(|n| {
+                    let (wal, plain) = append_paired(&config, check, &mut batch, n);
+                    totals.0 += wal;
+                    totals.1 += plain;
+                    wal
+                })
+            });
+            if totals.0.is_zero() {
+                continue; // filtered out
+            }
+            ran = true;
+            eprintln!(
+                "append_replication_only/{name}/{}KiB paired: wal/plain throughput = {:.1}%",
+                size / KIB,
+                100.0 * totals.1.as_secs_f64() / totals.0.as_secs_f64()
+            );
         }
-        eprintln!(
-            "append_replication_only/{}KiB paired: wal/plain throughput = {:.1}%",
-            size / KIB,
-            100.0 * totals.1.as_secs_f64() / totals.0.as_secs_f64()
-        );
+        if !ran {
+            continue;
+        }
         // The plain loop alone, measured by criterion like the WAL.
         let buf = batch_of(size);
         g.bench_with_input(

@@ -156,17 +156,19 @@ impl ActiveSegment {
             self.roll_back(position);
             return Err(e);
         }
-        let due: Vec<_> = headers
-            .iter()
-            .filter_map(|(h, at)| self.builder.add(self.base(), h, position + *at as u64))
-            .collect();
-        if !due.is_empty() {
-            let mut ix = self.index.write().unwrap_or_else(|p| p.into_inner());
-            for (o, t) in due {
+        // Sparse index records due: published under one lock taken only
+        // when there is one, with no per-append allocation.
+        let base = self.base();
+        let mut ix = None;
+        for (h, at) in headers {
+            if let Some((o, t)) = self.builder.add(base, h, position + *at as u64) {
+                let ix =
+                    ix.get_or_insert_with(|| self.index.write().unwrap_or_else(|p| p.into_inner()));
                 ix.offsets.push(o);
                 ix.times.push(t);
             }
         }
+        drop(ix);
         if let Some((h, _)) = headers.last() {
             self.last_batch_rel = Some((h.base_offset - self.base()) as u32);
         }

@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap2::MmapMut;
+use memmap2::{Advice, MmapMut};
 
 use crate::error::{Result, WalError};
 use crate::types::RaftPosition;
@@ -100,6 +100,28 @@ pub fn path_for(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{base_offset:020}.entries"))
 }
 
+/// Allocates `len` bytes of `file` from `offset` (size unchanged). A file
+/// system without `fallocate` allocates on first write instead.
+fn allocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(std::io::Error::from_raw_os_error(libc::EFBIG));
+    };
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: plain syscall on an open descriptor; no memory is passed.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, len) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => Ok(()),
+        _ => Err(e),
+    }
+}
+
 /// Reads slot `slot` of a closed entry index file.
 pub fn read_slot(file: &File, path: &Path, slot: u64) -> Result<Option<EntryRecord>> {
     let mut buf = [0u8; RECORD_LEN];
@@ -145,7 +167,7 @@ impl EntryIndexWriter {
         file.set_len(used)
             .map_err(|e| WalError::io("truncate entry index", path, e))?;
         let capacity = (count * 2).max(INITIAL_RECORDS);
-        let map = Self::map(&file, path, capacity)?;
+        let map = Self::map(&file, path, count, capacity)?;
         Ok(EntryIndexWriter {
             path: path.to_path_buf(),
             file: Arc::new(file),
@@ -155,12 +177,23 @@ impl EntryIndexWriter {
         })
     }
 
-    fn map(file: &File, path: &Path, capacity: u64) -> Result<MmapMut> {
-        file.set_len(capacity * RECORD_LEN as u64)
+    /// Sizes the file to `capacity` records and maps it. The slots from
+    /// `used` records on are allocated on disk (so a full disk is an error
+    /// here, never a SIGBUS on a later store) and write-faulted in one call,
+    /// instead of one page fault per 85 records on the append path.
+    fn map(file: &File, path: &Path, used: u64, capacity: u64) -> Result<MmapMut> {
+        let (from, to) = (used * RECORD_LEN as u64, capacity * RECORD_LEN as u64);
+        file.set_len(to)
             .map_err(|e| WalError::io("grow entry index", path, e))?;
+        allocate(file, from, to - from).map_err(|e| WalError::io("grow entry index", path, e))?;
         // SAFETY: the file belongs to this log's directory and is written only
         // through this map by the single writer; readers use `pread`.
-        unsafe { MmapMut::map_mut(file) }.map_err(|e| WalError::io("map entry index", path, e))
+        let map = unsafe { MmapMut::map_mut(file) }
+            .map_err(|e| WalError::io("map entry index", path, e))?;
+        // Only a speed-up: a kernel without MADV_POPULATE_WRITE (< 5.14)
+        // faults the pages in on first store instead.
+        let _ = map.advise_range(Advice::PopulateWrite, from as usize, (to - from) as usize);
+        Ok(map)
     }
 
     pub fn count(&self) -> u64 {
@@ -184,7 +217,7 @@ impl EntryIndexWriter {
             crate::fault::hit(&self.path, crate::fault::Point::EntryIndexGrow)
                 .map_err(|e| WalError::io("grow entry index", &self.path, e))?;
             let capacity = self.capacity * 2;
-            self.map = Self::map(&self.file, &self.path, capacity)?;
+            self.map = Self::map(&self.file, &self.path, self.count, capacity)?;
             self.capacity = capacity;
         }
         let at = (self.count as usize) * RECORD_LEN;

@@ -42,7 +42,8 @@ pub use reader::LogReader;
 pub use retention::RetentionOutcome;
 pub use sync::{SyncGroup, SyncMethod, SyncStats};
 pub use types::{
-    AppendInfo, DamagedRange, EpochEnd, RaftPosition, ReadResult, Recovery, TruncatedTail,
+    AppendCheck, AppendInfo, DamagedRange, EpochEnd, RaftPosition, ReadResult, Recovery,
+    TruncatedTail,
 };
 
 #[cfg(test)]

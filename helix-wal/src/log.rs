@@ -16,7 +16,7 @@ use crate::positions::{self, EntryStream};
 use crate::reader::{LogReader, PositionCell, Shared};
 use crate::recovery;
 use crate::sync::{LogSync, Mark, SyncGroup};
-use crate::types::{AppendInfo, EpochEnd, RaftPosition, Recovery};
+use crate::types::{AppendCheck, AppendInfo, EpochEnd, RaftPosition, Recovery};
 
 /// The on-disk log of one partition. One writer (`&mut self`); any number of
 /// [`LogReader`]s.
@@ -152,8 +152,22 @@ impl PartitionLog {
 
     /// Appends one Raft entry holding zero or more whole v2 batches whose base
     /// offsets continue from `next_offset()`. Validates everything first;
-    /// on any error nothing is written.
+    /// on any error nothing is written. Verifies every batch's CRC-32C; see
+    /// [`append_checked`](Self::append_checked) to skip that when the caller
+    /// already did.
     pub fn append(&mut self, pos: RaftPosition, batches: &[u8]) -> Result<AppendInfo> {
+        self.append_checked(pos, batches, AppendCheck::Full)
+    }
+
+    /// [`append`](Self::append) with an explicit [`AppendCheck`]: with
+    /// [`AppendCheck::CrcVerifiedByCaller`] the structural checks still run
+    /// and refuse a malformed entry, but batch CRCs are not recomputed.
+    pub fn append_checked(
+        &mut self,
+        pos: RaftPosition,
+        batches: &[u8],
+        check: AppendCheck,
+    ) -> Result<AppendInfo> {
         self.check_writable()?;
         if let Some(last) = self.last_position()
             && (pos.index != last.index + 1 || pos.term < last.term)
@@ -174,7 +188,7 @@ impl PartitionLog {
         }
         let first_offset = self.active.next_offset;
         let mut headers = std::mem::take(&mut self.scratch);
-        let written = self.validate_and_write(pos, batches, first_offset, &mut headers);
+        let written = self.validate_and_write(pos, batches, first_offset, check, &mut headers);
         headers.clear();
         self.scratch = headers;
         if self.active.poisoned {
@@ -210,9 +224,10 @@ impl PartitionLog {
         pos: RaftPosition,
         batches: &[u8],
         first_offset: i64,
+        check: AppendCheck,
         headers: &mut Vec<(BatchHeader, usize)>,
     ) -> Result<(i64, Option<i64>)> {
-        let (next_offset, max_ts) = validate(batches, first_offset, headers)?;
+        let (next_offset, max_ts) = validate(batches, first_offset, check, headers)?;
         if self.should_roll(batches.len() as u64) {
             self.roll()?;
         }
@@ -437,11 +452,12 @@ impl Drop for PartitionLog {
 }
 
 /// Checks an entry's batches: whole, magic 2, offsets contiguous from
-/// `first_offset`, CRC-32C good. Fills `headers` with each batch's header and
+/// `first_offset`, and (with [`AppendCheck::Full`]) CRC-32C good. Fills `headers` with each batch's header and
 /// position; returns the next offset and the largest max timestamp.
 pub(crate) fn validate(
     batches: &[u8],
     first_offset: i64,
+    check: AppendCheck,
     headers: &mut Vec<(BatchHeader, usize)>,
 ) -> Result<(i64, Option<i64>)> {
     let mut expected = first_offset;
@@ -460,8 +476,10 @@ pub(crate) fn validate(
                 found: h.base_offset,
             });
         }
-        batch::verify_crc(&batches[range.clone()])
-            .map_err(|source| WalError::InvalidBatch { at, source })?;
+        if check == AppendCheck::Full {
+            batch::verify_crc(&batches[range.clone()])
+                .map_err(|source| WalError::InvalidBatch { at, source })?;
+        }
         expected = h.next_offset();
         max_ts = Some(max_ts.map_or(h.max_timestamp, |m| m.max(h.max_timestamp)));
         headers.push((h, range.start));

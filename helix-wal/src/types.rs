@@ -9,6 +9,25 @@ pub struct RaftPosition {
     pub index: u64,
 }
 
+/// How much of an entry `append` checks before writing it.
+///
+/// Structure is always checked: every batch whole, magic 2, its declared
+/// length and lastOffsetDelta consistent, base offsets contiguous from
+/// `next_offset()`. Only the CRC-32C over each batch's body is optional, for
+/// a caller that already verified it on bytes whose CRC-covered part it has
+/// not changed since (patching baseOffset and partitionLeaderEpoch does not
+/// touch it). Recovery always verifies CRCs, whichever mode wrote the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AppendCheck {
+    /// Structure and the CRC-32C of every batch (what [`append`] does).
+    ///
+    /// [`append`]: crate::PartitionLog::append
+    #[default]
+    Full,
+    /// Structure only: the caller verified each batch's CRC-32C itself.
+    CrcVerifiedByCaller,
+}
+
 /// What `append` stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendInfo {

@@ -6,7 +6,7 @@ use std::fs;
 use super::support::*;
 use crate::batch::{BatchError, build_test_batch};
 use crate::fault::{self, Point};
-use crate::{Durability, LogConfig, PartitionLog, SyncGroup, WalError};
+use crate::{AppendCheck, Durability, LogConfig, PartitionLog, SyncGroup, WalError};
 
 const ENOSPC: i32 = 28;
 const EIO: i32 = 5;
@@ -88,6 +88,56 @@ fn a_bad_batch_after_a_good_one_writes_neither() {
             ..
         }
     ));
+    assert_intact(&log, &all);
+}
+
+#[test]
+fn crc_verified_by_caller_still_checks_structure_and_recovery_checks_the_crc() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, all) = log_with_data(dir.path(), LogConfig::default());
+    let trusted = AppendCheck::CrcVerifiedByCaller;
+    let good = batch(6, 1, 0, 10);
+    let mut bad_magic = good.clone();
+    bad_magic[16] = 1;
+    let mut bad_delta = good.clone();
+    bad_delta[23..27].copy_from_slice(&(-1i32).to_be_bytes());
+    let structural = [
+        &bad_magic[..],
+        &good[..good.len() - 3],
+        &good[..20],
+        &bad_delta[..],
+    ];
+    for bytes in structural {
+        assert!(
+            matches!(
+                log.append_checked(pos(1, 4), bytes, trusted).unwrap_err(),
+                WalError::InvalidBatch { .. }
+            ),
+            "structure is checked in every mode"
+        );
+    }
+    assert!(matches!(
+        log.append_checked(pos(1, 4), &batch(7, 1, 0, 10), trusted)
+            .unwrap_err(),
+        WalError::NonContiguousOffset {
+            expected: 6,
+            found: 7,
+            ..
+        }
+    ));
+    assert_intact(&log, &all);
+    // A bad CRC is the caller's responsibility here: written, then cut by
+    // recovery, which verifies every CRC it re-reads.
+    let mut bad_crc = good.clone();
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 0xff;
+    assert!(log.append(pos(1, 4), &bad_crc).is_err(), "Full verifies it");
+    let info = log.append_checked(pos(1, 4), &bad_crc, trusted).unwrap();
+    assert_eq!(info.next_offset, 7);
+    log.crash();
+    let (log, rec) = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+    let cut = rec.truncated_tail.expect("recovery verifies the CRC");
+    assert_eq!(cut.from_offset, 6);
     assert_intact(&log, &all);
 }
 
