@@ -16,15 +16,15 @@ use tokio::task::JoinHandle;
 
 use super::dispatch::{self, PendingResponse};
 use super::frame::read_frame;
+use super::segmented::{Frame, write_frame};
 use crate::broker::Broker;
 use crate::error::Result;
 use crate::metrics::{Metrics, Stage, metrics};
-use tokio::io::AsyncWriteExt;
 
 /// Requests of one connection processed concurrently before reading pauses.
 pub const MAX_IN_FLIGHT: usize = 1024;
 
-type InFlight = JoinHandle<Result<Option<bytes::Bytes>>>;
+type InFlight = JoinHandle<Result<Option<Frame>>>;
 
 /// Serves a connection until the client closes it, it misbehaves, or the
 /// broker shuts down (then in-flight requests are still answered).
@@ -87,7 +87,7 @@ async fn write_responses(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<InFlight>
             }
         };
         let started = Instant::now();
-        if w.write_all(&body).await.is_err() {
+        if write_frame(&mut w, &body).await.is_err() {
             return;
         }
         metrics().record(Stage::ResponseWrite, started.elapsed());

@@ -16,6 +16,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use super::segmented::{self, Frame};
 use super::{
     api_versions, cluster, configs, fetch, list_offsets, metadata, produce, records, topics,
 };
@@ -25,7 +26,7 @@ use crate::error::{HelixError, Result};
 /// A response still being computed: resolves to the encoded frame, or
 /// None when the request gets no response (Produce with acks=0); an error
 /// closes the connection.
-pub type PendingResponse = Pin<Box<dyn Future<Output = Result<Option<Bytes>>> + Send>>;
+pub type PendingResponse = Pin<Box<dyn Future<Output = Result<Option<Frame>>> + Send>>;
 
 /// Why a connection must be closed instead of answered.
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +80,9 @@ pub async fn start_from(
         );
     }
     let b = broker.clone();
-    let respond = move |body: ResponseKind| encode(key, version, correlation_id, &body).map(Some);
+    let respond = move |body: ResponseKind| {
+        encode(key, version, correlation_id, &body).map(|b| Some(Frame::whole(b)))
+    };
     let pending: PendingResponse =
         match request {
             RequestKind::Produce(req) => {
@@ -100,7 +103,8 @@ pub async fn start_from(
                 ))
             }),
             RequestKind::Fetch(req) => Box::pin(async move {
-                respond(ResponseKind::Fetch(fetch::handle(&b, req, version).await))
+                let resp = fetch::handle(&b, req, version).await;
+                segmented::encode_fetch(version, correlation_id, resp).map(Some)
             }),
             RequestKind::ListOffsets(req) => Box::pin(async move {
                 respond(ResponseKind::ListOffsets(list_offsets::handle(
@@ -169,7 +173,7 @@ pub async fn start_from(
 }
 
 fn ready(encoded: Result<Bytes>) -> PendingResponse {
-    Box::pin(async move { encoded.map(Some) })
+    Box::pin(async move { encoded.map(|b| Some(Frame::whole(b))) })
 }
 
 /// Encodes a whole response frame (length, header, body) for `version`. A failure here is a

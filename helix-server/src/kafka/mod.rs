@@ -12,6 +12,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod records;
+pub mod segmented;
 pub mod topics;
 
 #[cfg(test)]

@@ -199,7 +199,11 @@ async fn roundtrip(b: &Arc<Broker>, key: ApiKey, version: i16, body: &RequestKin
     let pending = dispatch::start(b, frame(key, version, body))
         .await
         .expect("dispatched");
-    let mut out = pending.await.expect("encoded").expect("a response");
+    let mut out = pending
+        .await
+        .expect("encoded")
+        .expect("a response")
+        .into_bytes();
     let len = out.get_i32();
     assert_eq!(len as usize, out.remaining());
     let header =
@@ -307,7 +311,11 @@ async fn a_too_new_api_versions_gets_the_kip_511_fallback() {
     let pending = dispatch::start(&b, buf.freeze())
         .await
         .expect("answered, not closed");
-    let mut out = pending.await.expect("encoded").expect("a response");
+    let mut out = pending
+        .await
+        .expect("encoded")
+        .expect("a response")
+        .into_bytes();
     out.advance(4);
     let h = ResponseHeader::decode(&mut out, 0).expect("v0 header");
     assert_eq!(h.correlation_id, 7);
@@ -422,7 +430,8 @@ async fn a_fetch_waiting_at_the_end_is_woken_by_a_produce() {
         .await
         .expect("joined")
         .expect("encoded")
-        .expect("a response");
+        .expect("a response")
+        .into_bytes();
     out.advance(4);
     ResponseHeader::decode(&mut out, ApiKey::Fetch.response_header_version(12)).expect("header");
     let resp = FetchResponse::decode(&mut out, 12).expect("decode");
@@ -505,5 +514,67 @@ async fn metadata_v0_with_no_topics_lists_every_topic_and_v1_lists_none() {
         let mut out = roundtrip(&b, ApiKey::Metadata, version, &req.into()).await;
         let resp = MetadataResponse::decode(&mut out, version).expect("decode");
         assert_eq!(resp.topics.len(), want, "v{version}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_frames_carry_the_wal_slices_themselves() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = broker(dir.path()).await;
+    b.create_topic("z", 2, Default::default(), false)
+        .await
+        .expect("topic");
+    let mut td = produce_request::TopicProduceData::default();
+    td.name = wire_topic("z");
+    for i in 0..2 {
+        let mut pd = produce_request::PartitionProduceData::default();
+        pd.index = i;
+        pd.records = Some(make_batch(&[b"zero", b"copy"], -1, -1, 5));
+        td.partition_data.push(pd);
+    }
+    let mut r = ProduceRequest::default();
+    r.acks = -1;
+    r.timeout_ms = 5000;
+    r.topic_data = vec![td];
+    let _ = roundtrip(&b, ApiKey::Produce, 9, &r.into()).await;
+    let topic = b.topic("z").expect("z");
+    for version in [11, 12] {
+        let RequestKind::Fetch(mut f) = request(&b, ApiKey::Fetch, version) else {
+            panic!("fetch")
+        };
+        let mut second = f.topics[0].partitions[0].clone();
+        second.partition = 1;
+        f.topics[0].topic = wire_topic("z");
+        f.topics[0].partitions.push(second);
+        let resp = super::fetch::handle(&b, f, version).await;
+        let mut wal = Vec::new();
+        for (i, p) in resp.responses[0].partitions.iter().enumerate() {
+            let records = p.records.clone().expect("records");
+            let slice = topic
+                .partition(i as i32)
+                .expect("partition")
+                .read(0, 1 << 20)
+                .expect("wal read");
+            assert!(!records.is_empty() && records == slice);
+            assert_eq!(
+                records.as_ptr(),
+                slice.as_ptr(),
+                "fetch reads the WAL's memory"
+            );
+            wal.push(records);
+        }
+        let expected = dispatch::encode(ApiKey::Fetch, version, 1, &resp.clone().into())
+            .expect("plain encode");
+        let frame = super::segmented::encode_fetch(version, 1, resp).expect("segmented");
+        for records in &wal {
+            assert!(
+                frame
+                    .segments()
+                    .iter()
+                    .any(|s| s.as_ptr() == records.as_ptr() && s.len() == records.len()),
+                "v{version}: the frame holds the fetched slice, not a copy"
+            );
+        }
+        assert!(frame.into_bytes() == expected, "v{version}: same bytes");
     }
 }
