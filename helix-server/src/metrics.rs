@@ -58,6 +58,9 @@ pub struct Counters {
     pub raft_entries: AtomicU64,
     pub connections: AtomicU64,
     pub backpressure_timeouts: AtomicU64,
+    /// Fetch responses encoded by copying records because their splice
+    /// markers were not found unambiguously (expected: 0).
+    pub fetch_copy_fallbacks: AtomicU64,
     /// Most produce requests / bytes held unanswered at once (high-water
     /// marks of the backpressure budget).
     pub pending_requests_peak: AtomicU64,
@@ -130,13 +133,14 @@ impl Metrics {
         }
         let c = &self.counters;
         out.push_str(&format!(
-            "produce_requests={} produce_bytes={} fetch_requests={} raft_entries={} connections={} backpressure_timeouts={} pending_requests_peak={} pending_bytes_peak={}",
+            "produce_requests={} produce_bytes={} fetch_requests={} raft_entries={} connections={} backpressure_timeouts={} fetch_copy_fallbacks={} pending_requests_peak={} pending_bytes_peak={}",
             c.produce_requests.load(Ordering::Relaxed),
             c.produce_bytes.load(Ordering::Relaxed),
             c.fetch_requests.load(Ordering::Relaxed),
             c.raft_entries.load(Ordering::Relaxed),
             c.connections.load(Ordering::Relaxed),
             c.backpressure_timeouts.load(Ordering::Relaxed),
+            c.fetch_copy_fallbacks.load(Ordering::Relaxed),
             c.pending_requests_peak.load(Ordering::Relaxed),
             c.pending_bytes_peak.load(Ordering::Relaxed),
         ));

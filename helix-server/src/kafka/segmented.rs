@@ -24,6 +24,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::dispatch;
 use crate::error::{HelixError, Result};
+use crate::metrics::{Metrics, metrics};
 
 /// A whole response frame (i32 size included): the concatenation of its
 /// segments.
@@ -116,13 +117,15 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, frame: &Frame) -> std
     }
 }
 
-static COPY_FALLBACKS: AtomicU64 = AtomicU64::new(0);
 static TAG_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// Fetch responses encoded by copying because the markers could not be
 /// located unambiguously (expected: 0).
 pub fn copy_fallbacks() -> u64 {
-    COPY_FALLBACKS.load(Ordering::Relaxed)
+    metrics()
+        .counters
+        .fetch_copy_fallbacks
+        .load(Ordering::Relaxed)
 }
 
 /// Bytes of one marker: 8 bytes of tag, 8 bytes of index.
@@ -199,7 +202,7 @@ fn encode_fetch_tagged(
     if let Some(frame) = splice(version, &meta, tag, &originals) {
         return Ok(frame);
     }
-    COPY_FALLBACKS.fetch_add(1, Ordering::Relaxed);
+    Metrics::count(&metrics().counters.fetch_copy_fallbacks, 1);
     tracing::warn!(
         version,
         fallbacks = copy_fallbacks(),
