@@ -109,6 +109,20 @@ impl RaftGroup {
         let last = entries.last().map_or(prev_index, |e| e.index);
         pr.sent(last, !entries.is_empty());
         pr.commit_sent = self.log.commit();
+        self.send_append_message(to, prev_index, prev_term, entries);
+        true
+    }
+
+    /// `to` needs entries from `from` that are only in the WAL.
+    /// An AppendEntries carrying the leader's current commit and acknowledged
+    /// indexes, so followers learn both at once (never at the next tick).
+    fn send_append_message(
+        &mut self,
+        to: NodeId,
+        prev_index: LogIndex,
+        prev_term: Term,
+        entries: Vec<Entry>,
+    ) {
         let (term, commit, acknowledged) = (self.term, self.log.commit(), self.acknowledged);
         self.send(
             to,
@@ -121,10 +135,8 @@ impl RaftGroup {
                 acknowledged,
             },
         );
-        true
     }
 
-    /// `to` needs entries from `from` that are only in the WAL.
     fn start_catch_up(&mut self, to: NodeId, from: LogIndex) {
         let Some(i) = self.progress_index(to) else {
             return;
@@ -196,18 +208,7 @@ impl RaftGroup {
         if !more {
             pr.become_replicate();
         }
-        let (term, commit, acknowledged) = (self.term, self.log.commit(), self.acknowledged);
-        self.send(
-            to,
-            term,
-            MessageBody::Append {
-                prev_index,
-                prev_term,
-                entries,
-                commit,
-                acknowledged,
-            },
-        );
+        self.send_append_message(to, prev_index, prev_term, entries);
         if !more {
             self.send_appends(to);
         }
