@@ -156,6 +156,11 @@ impl Batcher {
     }
 }
 
+/// Shortest throttle asked of a producer once the budget is half used.
+pub const THROTTLE_MIN: Duration = Duration::from_millis(10);
+/// Longest throttle, asked when the budget is full.
+pub const THROTTLE_MAX: Duration = Duration::from_millis(1000);
+
 /// Node-wide limits on unanswered produce requests.
 #[derive(Debug, Clone)]
 pub struct Backpressure {
@@ -216,6 +221,21 @@ impl Backpressure {
         tokio::time::timeout(timeout, wait)
             .await
             .map_err(|_| HelixError::Timeout("produce backpressure"))?
+    }
+
+    /// The delay asked of a producer in `throttle` mode: zero while both
+    /// budgets are at most half used, then growing linearly with the more
+    /// used one from [`THROTTLE_MIN`] (just past half) to [`THROTTLE_MAX`]
+    /// (full). The full budget still pauses reads ([`Self::wait_for_room`]).
+    pub fn throttle(&self) -> Duration {
+        let used = |max: usize, free: usize| max.saturating_sub(free) as f64 / max as f64;
+        let fill = used(self.max_requests, self.requests.available_permits())
+            .max(used(self.max_bytes, self.bytes.available_permits()));
+        if fill <= 0.5 {
+            return Duration::ZERO;
+        }
+        let over = ((fill - 0.5) * 2.0).min(1.0);
+        THROTTLE_MIN + (THROTTLE_MAX - THROTTLE_MIN).mul_f64(over)
     }
 
     /// Returns once the node is below both limits (connections call this
@@ -342,6 +362,22 @@ mod tests {
             Some(Work::Produce(v)) => assert_eq!(v.len(), 2),
             other => panic!("expected a batch, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn throttle_is_zero_below_half_and_bounded_above() {
+        let bp = Backpressure::new(4, 1000);
+        assert_eq!(bp.throttle(), Duration::ZERO);
+        let a = bp.acquire(10, Duration::from_secs(1)).await.expect("room");
+        let b = bp.acquire(10, Duration::from_secs(1)).await.expect("room");
+        assert_eq!(bp.throttle(), Duration::ZERO, "half used is not over");
+        let c = bp.acquire(10, Duration::from_secs(1)).await.expect("room");
+        let three_quarters = bp.throttle();
+        assert!(three_quarters > THROTTLE_MIN && three_quarters < THROTTLE_MAX);
+        let d = bp.acquire(10, Duration::from_secs(1)).await.expect("room");
+        assert_eq!(bp.throttle(), THROTTLE_MAX);
+        drop((a, b, c, d));
+        assert_eq!(bp.throttle(), Duration::ZERO);
     }
 
     #[tokio::test]

@@ -24,6 +24,18 @@ pub enum WriteDurability {
     Fsync,
 }
 
+/// How an over-budget node slows producers down (ADR 0011).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackpressureMode {
+    /// Connections stop reading while the pending budget is full.
+    Pause,
+    /// Past half the budget, Produce responses carry `throttle_time_ms` and
+    /// the connection stops reading for that long; a full budget still
+    /// pauses reads.
+    Throttle,
+}
+
 /// Command-line flags. Every flag is optional: a flag wins over the TOML file,
 /// which wins over the built-in default.
 #[derive(Debug, Parser)]
@@ -87,6 +99,9 @@ pub struct Flags {
     /// Node-wide limit of bytes in produce requests waiting for acknowledgement.
     #[arg(long)]
     pub max_pending_bytes: Option<usize>,
+    /// pause (default) or throttle: how an over-budget node slows producers.
+    #[arg(long, value_enum)]
+    pub backpressure_mode: Option<BackpressureMode>,
     /// Most client connections served at once.
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -138,6 +153,7 @@ struct FileConfig {
     batch_max_requests: Option<usize>,
     max_pending_requests: Option<usize>,
     max_pending_bytes: Option<usize>,
+    backpressure_mode: Option<BackpressureMode>,
     max_connections: Option<usize>,
     group_coordinator_partitions: Option<u32>,
     offsets_retention_minutes: Option<u64>,
@@ -185,6 +201,8 @@ pub struct Config {
     pub max_pending_requests: usize,
     /// Default 100 MiB.
     pub max_pending_bytes: usize,
+    /// Default `pause`.
+    pub backpressure_mode: BackpressureMode,
     /// Default 10000.
     pub max_connections: usize,
     /// The group coordinator's settings (defaults in `GroupConfig`).
@@ -212,6 +230,7 @@ impl Default for Config {
             batch_max_requests: 1000,
             max_pending_requests: 2000,
             max_pending_bytes: 100 * 1024 * 1024,
+            backpressure_mode: BackpressureMode::Pause,
             max_connections: 10_000,
             groups: GroupConfig::default(),
         }
@@ -247,6 +266,7 @@ impl Config {
         set!(batch_max_requests);
         set!(max_pending_requests);
         set!(max_pending_bytes);
+        set!(backpressure_mode);
         set!(max_connections);
         macro_rules! set_group {
             ($flag:ident, $field:ident) => {
@@ -357,6 +377,7 @@ mod tests {
         assert_eq!(c.max_request_size, 100 * 1024 * 1024);
         assert_eq!(c.batch_linger, Duration::from_millis(1));
         assert_eq!(c.max_pending_requests, 2000);
+        assert_eq!(c.backpressure_mode, BackpressureMode::Pause);
     }
 
     #[test]
@@ -365,7 +386,7 @@ mod tests {
         let path = dir.path().join("helix.toml");
         std::fs::write(
             &path,
-            "node_id = 7\nlisten = \"127.0.0.1:19092\"\nwrite_durability = \"fsync\"\nbatch_linger_us = 500\n",
+            "node_id = 7\nlisten = \"127.0.0.1:19092\"\nwrite_durability = \"fsync\"\nbatch_linger_us = 500\nbackpressure_mode = \"throttle\"\n",
         )
         .expect("write toml");
         let p = path.to_str().expect("utf8 path");
@@ -375,6 +396,10 @@ mod tests {
         assert_eq!(c.advertised, "127.0.0.1:19092");
         assert_eq!(c.write_durability, WriteDurability::Fsync);
         assert_eq!(c.batch_linger, Duration::from_micros(500));
+        assert_eq!(c.backpressure_mode, BackpressureMode::Throttle);
+        let c =
+            Config::load(flags(&["--config", p, "--backpressure-mode", "pause"])).expect("valid");
+        assert_eq!(c.backpressure_mode, BackpressureMode::Pause);
     }
 
     #[test]

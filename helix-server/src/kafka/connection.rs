@@ -4,7 +4,9 @@
 //!
 //! Limits: at most [`MAX_IN_FLIGHT`] requests of a connection are being
 //! processed at once; past that the read loop waits, and so does TCP. The
-//! read loop also waits while the node's produce backpressure is full.
+//! read loop also waits while the node's produce backpressure is full, and
+//! in `throttle` mode stops reading after a Produce for the node's current
+//! throttle (ADR 0011, the KIP-219 mute).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,6 +20,7 @@ use super::dispatch::{self, PendingResponse};
 use super::frame::read_frame;
 use super::segmented::{Frame, write_frame};
 use crate::broker::Broker;
+use crate::config::BackpressureMode;
 use crate::error::Result;
 use crate::metrics::{Metrics, Stage, metrics};
 
@@ -57,6 +60,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, mut shutdown: watch::
                 break;
             }
         };
+        let is_produce = frame.get(..2) == Some(&[0, 0]);
         let pending: PendingResponse = match dispatch::start_from(&broker, frame, peer_ip).await {
             Ok(p) => p,
             Err(close) => {
@@ -66,6 +70,15 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, mut shutdown: watch::
         };
         if tx.send(tokio::spawn(pending)).await.is_err() {
             break; // the writer stopped: the socket is gone
+        }
+        if is_produce && broker.config.backpressure_mode == BackpressureMode::Throttle {
+            let mute = broker.backpressure.throttle();
+            if !mute.is_zero() {
+                tokio::select! {
+                    _ = shutdown.changed() => break,
+                    _ = tokio::time::sleep(mute) => {}
+                }
+            }
         }
     }
     drop(tx);

@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use super::wire_str;
 use crate::batcher::{PendingProduce, ProduceOutcome};
 use crate::broker::Broker;
+use crate::config::BackpressureMode;
 use crate::error::{HelixError, code};
 use crate::metrics::{Metrics, metrics};
 use crate::partition::batch;
@@ -42,6 +43,8 @@ pub async fn enqueue(
     version: i16,
 ) -> impl Future<Output = Result<Option<ProduceResponse>, HelixError>> + Send + use<> {
     let acks = req.acks;
+    let throttling = broker.config.backpressure_mode == BackpressureMode::Throttle;
+    let mut throttle_time_ms = 0;
     let timeout =
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).max(MIN_PRODUCE_TIMEOUT);
     let m = metrics();
@@ -78,6 +81,13 @@ pub async fn enqueue(
                                         Slot::Done(Err(e))
                                     }
                                     Ok(room) => {
+                                        if throttling {
+                                            // Measured while this request
+                                            // holds its room: the load it
+                                            // adds counts against it.
+                                            throttle_time_ms =
+                                                throttle_time_ms.max(throttle_ms(broker));
+                                        }
                                         let (reply, rx) = if acks == 0 {
                                             (None, None)
                                         } else {
@@ -125,6 +135,8 @@ pub async fn enqueue(
         }
         let deadline = tokio::time::Instant::now() + timeout;
         let mut resp = ProduceResponse::default();
+        // Throttle mode: the read loop mutes this connection about as long.
+        resp.throttle_time_ms = throttle_time_ms;
         for (name, topic_id, slots) in topics {
             let mut t = TopicProduceResponse::default();
             t.name = name;
@@ -167,6 +179,11 @@ pub async fn enqueue(
         }
         Ok(Some(resp))
     }
+}
+
+/// The node's current throttle (ADR 0011) in whole milliseconds.
+pub fn throttle_ms(broker: &Broker) -> i32 {
+    i32::try_from(broker.backpressure.throttle().as_millis()).unwrap_or(i32::MAX)
 }
 
 /// InitProducerId for idempotent producers. A transactional id is refused:
