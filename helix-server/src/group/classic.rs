@@ -142,6 +142,16 @@ pub struct ClassicGroup {
 }
 
 impl ClassicGroup {
+    /// Every member's (id, group.instance.id, metadata for the selected
+    /// protocol): what the leader's JoinGroup answer carries.
+    pub fn member_subscriptions(&self) -> Vec<(String, Option<String>, bytes::Bytes)> {
+        let protocol = self.protocol_name.as_deref().unwrap_or_default();
+        self.members
+            .values()
+            .map(|m| (m.id.clone(), m.instance_id.clone(), m.metadata(protocol)))
+            .collect()
+    }
+
     pub fn new(id: &str, now_ms: u64) -> Self {
         Self {
             id: id.to_owned(),

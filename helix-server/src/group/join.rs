@@ -165,13 +165,8 @@ impl Coordinator {
         }
         let is_leader = group.leader.as_deref() == Some(member_id);
         let skip_assignment = is_leader && reply.version >= 9;
-        let protocol = group.protocol_name.clone().unwrap_or_default();
         let members = if skip_assignment {
-            group
-                .members
-                .values()
-                .map(|m| (m.id.clone(), m.instance_id.clone(), m.metadata(&protocol)))
-                .collect()
+            group.member_subscriptions()
         } else {
             Vec::new()
         };
@@ -248,13 +243,8 @@ fn join_known(
             // The member lost our answer: send the current generation again.
             member.heartbeat_deadline_ms =
                 now_ms.saturating_add(u64::try_from(member.session_timeout_ms).unwrap_or(0));
-            let protocol = group.protocol_name.clone().unwrap_or_default();
             let members = if is_leader {
-                group
-                    .members
-                    .values()
-                    .map(|m| (m.id.clone(), m.instance_id.clone(), m.metadata(&protocol)))
-                    .collect()
+                group.member_subscriptions()
             } else {
                 Vec::new()
             };

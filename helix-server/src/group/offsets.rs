@@ -106,12 +106,7 @@ impl Coordinator {
             }
             response.topics.push(answered);
         }
-        let response = GroupResponse::OffsetCommit(response);
-        if records.is_empty() {
-            out.reply(reply, response);
-        } else {
-            out.propose(records, Waiter::Response { reply, response });
-        }
+        out.reply_after(records, reply, GroupResponse::OffsetCommit(response));
         self.flush(partition, out);
     }
 
@@ -334,12 +329,7 @@ impl Coordinator {
                 }
             }
         }
-        let response = GroupResponse::OffsetDelete(response);
-        if records.is_empty() {
-            out.reply(reply, response);
-        } else {
-            out.propose(records, Waiter::Response { reply, response });
-        }
+        out.reply_after(records, reply, GroupResponse::OffsetDelete(response));
         self.flush(partition, out);
     }
 

@@ -116,12 +116,7 @@ impl ClassicGroup {
         self.transition(GroupState::CompletingRebalance, now_ms);
         self.pending_sync = self.members.keys().cloned().collect();
         self.sync_deadline_ms = Some(now_ms.saturating_add(self.max_rebalance_timeout_ms()));
-        let protocol = self.protocol_name.clone().unwrap_or_default();
-        let everyone: Vec<(String, Option<String>, bytes::Bytes)> = self
-            .members
-            .values()
-            .map(|m| (m.id.clone(), m.instance_id.clone(), m.metadata(&protocol)))
-            .collect();
+        let everyone = self.member_subscriptions();
         let leader = self.leader.clone().unwrap_or_default();
         for member in self.members.values_mut() {
             member.is_new = false;

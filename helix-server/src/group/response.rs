@@ -147,6 +147,16 @@ impl Outbox {
         self.proposals.push(PendingProposal { records, waiter });
     }
 
+    /// Answers at once when there is nothing to make durable, otherwise
+    /// once `records` are acknowledged.
+    pub fn reply_after(&mut self, records: Vec<Record>, reply: ReplyTo, response: GroupResponse) {
+        if records.is_empty() {
+            self.reply(reply, response);
+        } else {
+            self.propose(records, Waiter::Response { reply, response });
+        }
+    }
+
     pub fn join(&mut self, reply: ReplyTo, answer: JoinAnswer) {
         let version = reply.version;
         let mut response = JoinGroupResponse::default()
