@@ -15,6 +15,7 @@ use crate::codec::MessageBatch;
 use crate::config::{RaftConfig, Restored};
 use crate::error::{ProposeError, RaftError};
 use crate::group::RaftGroup;
+use crate::message::Message;
 use crate::ready::Ready;
 use crate::types::{GroupId, LogIndex, NodeId};
 
@@ -31,6 +32,9 @@ pub struct MultiRaft {
 pub struct MultiReady {
     pub groups: Vec<(GroupId, Ready)>,
     pub batches: Vec<MessageBatch>,
+    /// Catch-up appends (WAL entries), one batch per destination node, for
+    /// the catch-up channel.
+    pub catch_up_batches: Vec<MessageBatch>,
 }
 
 /// Outcome of delivering a batch: messages taken, and messages for groups
@@ -169,7 +173,8 @@ impl MultiRaft {
     /// Collects the work of every group that has some.
     pub fn ready(&mut self) -> MultiReady {
         let mut out = MultiReady::default();
-        let mut per_node: BTreeMap<NodeId, Vec<crate::message::Message>> = BTreeMap::new();
+        let mut per_node: BTreeMap<NodeId, Vec<Message>> = BTreeMap::new();
+        let mut catch_up: BTreeMap<NodeId, Vec<Message>> = BTreeMap::new();
         for (id, g) in &mut self.groups {
             if !g.has_ready() {
                 continue;
@@ -178,18 +183,26 @@ impl MultiRaft {
             for m in rd.messages.drain(..) {
                 per_node.entry(m.to).or_default().push(m);
             }
+            for m in rd.catch_up_messages.drain(..) {
+                catch_up.entry(m.to).or_default().push(m);
+            }
             if !rd.is_empty() {
                 out.groups.push((*id, rd));
             }
         }
-        out.batches = per_node
+        out.batches = self.batches_by_node(per_node);
+        out.catch_up_batches = self.batches_by_node(catch_up);
+        out
+    }
+
+    fn batches_by_node(&self, per_node: BTreeMap<NodeId, Vec<Message>>) -> Vec<MessageBatch> {
+        per_node
             .into_iter()
             .map(|(to, messages)| MessageBatch {
                 from: self.node,
                 to,
                 messages,
             })
-            .collect();
-        out
+            .collect()
     }
 }

@@ -12,7 +12,7 @@ use crate::types::{Entry, HardState, LogIndex, NodeId, Role, Term};
 ///    entries;
 /// 3. append `to_apply` to the WAL in order, then call
 ///    `durable_to(last appended)` (or after the fsync in fsync mode);
-/// 4. send `messages`;
+/// 4. send `messages`, and `catch_up_messages` on the catch-up channel;
 /// 5. serve `catch_up` from the WAL (after the appends of step 3);
 /// 6. answer proposals up to `acknowledged`.
 ///
@@ -24,6 +24,10 @@ pub struct Ready {
     pub truncate_wal_after: Option<LogIndex>,
     pub to_apply: Vec<Entry>,
     pub messages: Vec<Message>,
+    /// Appends built from WAL entries the host streamed in through
+    /// `RaftGroup::catch_up`: bulk that must not delay regular appends or
+    /// heartbeats, so the host sends them on a channel of their own.
+    pub catch_up_messages: Vec<Message>,
     pub catch_up: Vec<CatchUpRequest>,
     /// New acknowledged index (Kafka's high watermark) when it moved.
     pub acknowledged: Option<LogIndex>,
@@ -36,6 +40,7 @@ impl Ready {
             && self.truncate_wal_after.is_none()
             && self.to_apply.is_empty()
             && self.messages.is_empty()
+            && self.catch_up_messages.is_empty()
             && self.catch_up.is_empty()
             && self.acknowledged.is_none()
     }

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 use helix_raft::{
-    CatchUpRequest, Entry, GroupId, HardState, LogIndex, Message, NodeId, RaftConfig, RaftGroup,
-    Restored, Role, Term,
+    CatchUpRequest, Entry, GroupId, HardState, LogIndex, Message, MessageBody, NodeId, RaftConfig,
+    RaftGroup, Restored, Role, Term,
 };
 
 /// Three (or more) replicas with WALs, persisted votes and a controllable
@@ -20,6 +20,8 @@ struct Cluster {
     isolated: HashSet<usize>,
     truncations: Vec<(usize, LogIndex)>,
     catch_ups: Vec<CatchUpRequest>,
+    /// Every catch-up message sent (they are delivered like the others).
+    catch_up_sent: Vec<Message>,
     /// Serve catch-up requests from the leader's WAL automatically.
     serve_catch_up: bool,
 }
@@ -42,6 +44,7 @@ impl Cluster {
             isolated: HashSet::new(),
             truncations: Vec::new(),
             catch_ups: Vec::new(),
+            catch_up_sent: Vec::new(),
             serve_catch_up: true,
             cfgs,
         };
@@ -105,6 +108,9 @@ impl Cluster {
                 g.durable_to(last.index).expect("applied");
             }
             out.extend(rd.messages);
+            self.catch_up_sent
+                .extend(rd.catch_up_messages.iter().cloned());
+            out.extend(rd.catch_up_messages);
             for req in rd.catch_up {
                 self.catch_ups.push(req);
                 if self.serve_catch_up {
@@ -513,6 +519,52 @@ fn an_old_term_entry_durable_on_a_majority_is_not_acknowledged() {
         Some(Term(1)),
         "e is gone, as it may be: never acknowledged"
     );
+}
+
+#[test]
+fn catch_up_entries_leave_as_catch_up_messages_not_regular_appends() {
+    let mut c = Cluster::new(3, |cfg| cfg.max_inmem_bytes = 2000);
+    c.serve_catch_up = false;
+    c.node(0).campaign();
+    c.settle();
+    c.crash(2);
+    for _ in 0..40 {
+        c.propose(b"0123456789abcdef0123456789abcdef");
+        c.settle();
+    }
+    c.start(2);
+    c.tick_all(2);
+    let req = c.catch_ups[0];
+    let from = req.from_index.0;
+    let chunk = c.wals[0][(from - 1) as usize..(from + 2) as usize].to_vec();
+    assert!(c.node(0).catch_up(req.to, chunk).expect("chunk"));
+    let regular = c.drain(0);
+    let carried: Vec<u64> = c
+        .catch_up_sent
+        .iter()
+        .flat_map(|m| match &m.body {
+            MessageBody::Append { entries, .. } => entries.iter().map(|e| e.index.0).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(carried, (from..=from + 2).collect::<Vec<_>>());
+    assert!(c.catch_up_sent.iter().all(|m| m.to == req.to));
+    let in_regular = |m: &Message| {
+        matches!(&m.body, MessageBody::Append { entries, .. }
+            if entries.iter().any(|e| e.index.0 <= from + 2))
+    };
+    assert!(
+        !regular
+            .iter()
+            .filter(|m| !c.catch_up_sent.contains(m))
+            .any(in_regular),
+        "the WAL entries travel only as catch-up messages"
+    );
+    // The rest is asked for again once the unserved request goes stale.
+    c.serve_catch_up = true;
+    deliver(&mut c, regular, |_| true);
+    c.tick_all(40);
+    assert_eq!(c.wals[2], c.wals[0]);
 }
 
 #[test]

@@ -61,6 +61,8 @@ pub struct RaftGroup {
     transferee: Option<NodeId>,
     transfer_elapsed: u32,
     msgs: Vec<Message>,
+    /// Appends of WAL entries fed in by `catch_up` (their own channel).
+    catch_up_msgs: Vec<Message>,
     truncate_wal_after: Option<LogIndex>,
     catch_up: Vec<CatchUpRequest>,
     /// Leader: new entries or a new commit index wait to be sent.
@@ -104,6 +106,7 @@ impl RaftGroup {
             transferee: None,
             transfer_elapsed: 0,
             msgs: Vec::new(),
+            catch_up_msgs: Vec::new(),
             truncate_wal_after: None,
             catch_up: Vec::new(),
             flush_pending: false,
@@ -226,6 +229,7 @@ impl RaftGroup {
             || self.truncate_wal_after.is_some()
             || self.log.has_to_apply()
             || !self.msgs.is_empty()
+            || !self.catch_up_msgs.is_empty()
             || !self.catch_up.is_empty()
             || self.acknowledged != self.ack_reported
             || (self.flush_pending && self.role == Role::Leader)
@@ -244,6 +248,7 @@ impl RaftGroup {
             truncate_wal_after: self.truncate_wal_after.take(),
             to_apply: self.log.take_to_apply(),
             messages: std::mem::take(&mut self.msgs),
+            catch_up_messages: std::mem::take(&mut self.catch_up_msgs),
             catch_up: std::mem::take(&mut self.catch_up),
             acknowledged,
         };

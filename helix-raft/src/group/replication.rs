@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use super::RaftGroup;
 use crate::error::RaftError;
-use crate::message::{CatchUpRequest, MessageBody};
+use crate::message::{CatchUpRequest, Message, MessageBody};
 use crate::progress::ProgressState;
 use crate::types::{Entry, EntryKind, LogIndex, NodeId, Role, Term};
 
@@ -113,7 +113,6 @@ impl RaftGroup {
         true
     }
 
-    /// `to` needs entries from `from` that are only in the WAL.
     /// An AppendEntries carrying the leader's current commit and acknowledged
     /// indexes, so followers learn both at once (never at the next tick).
     fn send_append_message(
@@ -123,20 +122,27 @@ impl RaftGroup {
         prev_term: Term,
         entries: Vec<Entry>,
     ) {
-        let (term, commit, acknowledged) = (self.term, self.log.commit(), self.acknowledged);
-        self.send(
-            to,
-            term,
-            MessageBody::Append {
-                prev_index,
-                prev_term,
-                entries,
-                commit,
-                acknowledged,
-            },
-        );
+        let body = self.append_body(prev_index, prev_term, entries);
+        let term = self.term;
+        self.send(to, term, body);
     }
 
+    fn append_body(
+        &self,
+        prev_index: LogIndex,
+        prev_term: Term,
+        entries: Vec<Entry>,
+    ) -> MessageBody {
+        MessageBody::Append {
+            prev_index,
+            prev_term,
+            entries,
+            commit: self.log.commit(),
+            acknowledged: self.acknowledged,
+        }
+    }
+
+    /// `to` needs entries from `from` that are only in the WAL.
     fn start_catch_up(&mut self, to: NodeId, from: LogIndex) {
         let Some(i) = self.progress_index(to) else {
             return;
@@ -208,7 +214,14 @@ impl RaftGroup {
         if !more {
             pr.become_replicate();
         }
-        self.send_append_message(to, prev_index, prev_term, entries);
+        let body = self.append_body(prev_index, prev_term, entries);
+        self.catch_up_msgs.push(Message {
+            group: self.group,
+            from: self.cfg.node,
+            to,
+            term: self.term,
+            body,
+        });
         if !more {
             self.send_appends(to);
         }

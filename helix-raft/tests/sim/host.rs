@@ -132,7 +132,7 @@ impl Sim {
                 let r = self.nodes[n].groups[g].raft.as_mut().expect("up");
                 r.durable_to(last.index).map_err(|e| e.to_string())?;
             }
-            for m in rd.messages {
+            for m in rd.messages.into_iter().chain(rd.catch_up_messages) {
                 self.net.send(m, self.now, &mut self.rng);
             }
             for req in rd.catch_up {
