@@ -403,6 +403,12 @@ impl PartitionLog {
         self.reader().end_offset_for_term(term)
     }
 
+    /// The first position of every term the log holds, ascending: what a
+    /// restarted replica of a multi-voter Raft group is restored with.
+    pub fn term_starts(&self) -> Result<Vec<RaftPosition>> {
+        self.reader().term_starts()
+    }
+
     /// Streams entries from `index` on for Raft catch-up.
     pub fn entries_from(&self, index: u64) -> EntryStream {
         self.reader().entries_from(index)

@@ -141,6 +141,51 @@ pub fn end_offset_for_term(
     }))
 }
 
+/// For every term the log holds, the first index holding it, ascending
+/// (what a restarted Raft replica needs to know the term of any WAL index).
+/// Terms never decrease along the log, so each segment is searched by
+/// bisection: a few record reads per term change, not one per entry.
+pub fn term_starts(segments: &[Arc<Segment>]) -> Result<Vec<RaftPosition>> {
+    let mut starts: Vec<RaftPosition> = Vec::new();
+    for seg in segments {
+        let Some(f) = EntryFile::open(seg)? else {
+            continue;
+        };
+        let first = f.slot(0)?;
+        let last = f.slot(f.count - 1)?;
+        if starts.last().is_none_or(|s| s.term < first.pos.term) {
+            starts.push(first.pos);
+        }
+        f.term_changes(0, first.pos.term, f.count - 1, last.pos.term, &mut starts)?;
+    }
+    Ok(starts)
+}
+
+impl EntryFile {
+    /// Pushes the first position of every term that begins strictly after
+    /// slot `lo` (of term `lo_term`) up to slot `hi` (of term `hi_term`).
+    fn term_changes(
+        &self,
+        lo: u64,
+        lo_term: u64,
+        hi: u64,
+        hi_term: u64,
+        out: &mut Vec<RaftPosition>,
+    ) -> Result<()> {
+        if lo_term == hi_term {
+            return Ok(());
+        }
+        if hi == lo + 1 {
+            out.push(self.slot(hi)?.pos);
+            return Ok(());
+        }
+        let mid = lo + (hi - lo) / 2;
+        let mid_term = self.slot(mid)?.pos.term;
+        self.term_changes(lo, lo_term, mid, mid_term, out)?;
+        self.term_changes(mid, mid_term, hi, hi_term, out)
+    }
+}
+
 /// Streams entries `(position, batches)` from a Raft index on, one at a time.
 pub struct EntryStream {
     shared: Arc<Shared>,

@@ -250,6 +250,11 @@ impl LogReader {
         positions::end_offset_for_term(&self.shared.snapshot(), term, self.next_offset())
     }
 
+    /// The first position of every term the log holds, ascending.
+    pub fn term_starts(&self) -> Result<Vec<RaftPosition>> {
+        positions::term_starts(&self.shared.snapshot())
+    }
+
     /// Streams entries from Raft index `from_index` on (for catch-up): each
     /// item is one entry's position and its batches. Reads one entry at a time.
     pub fn entries_from(&self, from_index: u64) -> positions::EntryStream {

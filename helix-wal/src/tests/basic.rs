@@ -122,6 +122,44 @@ fn end_offset_for_term_follows_offset_for_leader_epoch() {
 }
 
 #[test]
+fn term_starts_lists_the_first_index_of_every_term_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    assert!(log.term_starts().unwrap().is_empty());
+    // Terms 1 (1..=7), 2 (8), 4 (9..=30), 7 (31..=33): several segments,
+    // term changes inside segments and at their boundaries.
+    let term_of = |i: u64| match i {
+        1..=7 => 1,
+        8 => 2,
+        9..=30 => 4,
+        _ => 7,
+    };
+    for i in 1..=33 {
+        if i % 6 == 0 {
+            log.append(pos(term_of(i), i), &[]).unwrap();
+        } else {
+            append_batches(&mut log, pos(term_of(i), i), 1, 1, 0, 300);
+        }
+    }
+    let segments = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
+        .count();
+    assert!(segments > 3, "the log spans several segments: {segments}");
+    let want = vec![pos(1, 1), pos(2, 8), pos(4, 9), pos(7, 31)];
+    assert_eq!(log.term_starts().unwrap(), want);
+    log.truncate_after(8).unwrap();
+    assert_eq!(log.term_starts().unwrap(), vec![pos(1, 1), pos(2, 8)]);
+    append_batches(&mut log, pos(9, 9), 1, 1, 0, 300);
+    drop(log);
+    let (log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    assert_eq!(
+        log.term_starts().unwrap(),
+        vec![pos(1, 1), pos(2, 8), pos(9, 9)]
+    );
+}
+
+#[test]
 fn entries_from_streams_each_entry() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
