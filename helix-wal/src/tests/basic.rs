@@ -145,7 +145,7 @@ fn term_starts_lists_the_first_index_of_every_term_across_segments() {
         .unwrap()
         .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
         .count();
-    assert!(segments > 3, "the log spans several segments: {segments}");
+    assert!(segments >= 3, "the log spans several segments: {segments}");
     let want = vec![pos(1, 1), pos(2, 8), pos(4, 9), pos(7, 31)];
     assert_eq!(log.term_starts().unwrap(), want);
     log.truncate_after(8).unwrap();
