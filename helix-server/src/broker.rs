@@ -14,7 +14,9 @@ use crate::config::{Config, WriteDurability};
 use crate::controller::topic_config::{self, EffectiveConfig};
 use crate::controller::{Command, Controller, PRODUCER_ID_BLOCK, validate_topic_name};
 use crate::error::{HelixError, Result};
+use crate::partition::raft::{GroupSpec, RaftSettings};
 use crate::partition::{Partition, PartitionSettings, Recovered};
+use crate::replica::{HostSettings, NoPeers, ReplicaHost};
 
 /// A running topic. Replaced as a whole when it changes.
 #[derive(Debug)]
@@ -65,6 +67,8 @@ pub struct Broker {
     pub cluster_id: String,
     /// The consumer-group coordinator and its coordinator partitions.
     pub groups: Arc<crate::group::service::GroupService>,
+    /// Every replica this node holds.
+    pub host: Arc<ReplicaHost>,
 }
 
 /// How often retention is applied to every partition.
@@ -73,24 +77,35 @@ pub const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
 impl Broker {
     /// Opens the data directory: replays the controller and recovers every
     /// partition.
-    pub fn open(config: Config) -> Result<Arc<Broker>> {
+    pub async fn open(config: Config) -> Result<Arc<Broker>> {
         let controller = Controller::open(&config.data_dir.join("controller"), config.node_id)?;
         let cluster_id = cluster_id(&config)?;
         let logs = LogShared {
             sync_group: SyncGroup::new(),
             file_budget: FileBudget::new(FileBudget::DEFAULT_MAX_MAPPED),
         };
+        let host = ReplicaHost::start(
+            HostSettings {
+                node: node_id(&config)?,
+                shards: config.shards,
+                tick: config.raft_tick,
+                sync_group: logs.sync_group.clone(),
+            },
+            Arc::new(NoPeers),
+        )?;
         let mut topics = HashMap::new();
         for (name, record) in &controller.view().topics {
             let effective = EffectiveConfig::resolve(&record.configs, &config);
             let partitions = open_partitions(
                 &config,
                 &logs,
+                &host,
                 name,
                 &record.id,
                 0..record.partitions,
                 &effective,
-            )?;
+            )
+            .await?;
             topics.insert(
                 name.clone(),
                 Arc::new(Topic {
@@ -113,12 +128,15 @@ impl Broker {
         let groups = crate::group::service::GroupService::open(
             &config,
             &backpressure,
+            &host,
             logs.sync_group.clone(),
             logs.file_budget.clone(),
-        )?;
+        )
+        .await?;
         Ok(Arc::new(Broker {
             backpressure,
             groups,
+            host,
             config,
             logs,
             admin: tokio::sync::Mutex::new(admin),
@@ -209,11 +227,13 @@ impl Broker {
         let opened = open_partitions(
             &self.config,
             &self.logs,
+            &self.host,
             name,
             &id,
             0..partitions,
             &effective,
-        )?;
+        )
+        .await?;
         let topic = Arc::new(Topic {
             name: name.into(),
             id,
@@ -269,14 +289,18 @@ impl Broker {
         admin.controller.submit(command)?;
         let mut partitions = old.partitions.clone();
         let first_new = old.partitions.len() as i32;
-        partitions.extend(open_partitions(
-            &self.config,
-            &self.logs,
-            name,
-            &old.id,
-            first_new..count,
-            &old.effective,
-        )?);
+        partitions.extend(
+            open_partitions(
+                &self.config,
+                &self.logs,
+                &self.host,
+                name,
+                &old.id,
+                first_new..count,
+                &old.effective,
+            )
+            .await?,
+        );
         self.install(Arc::new(Topic {
             name: old.name.clone(),
             id: old.id,
@@ -368,6 +392,8 @@ impl Broker {
             .collect();
         crate::partition::close_all(&all).await;
         self.groups.close().await;
+        let host = self.host.clone();
+        let _ = tokio::task::spawn_blocking(move || host.stop()).await;
     }
 
     fn install(&self, topic: Arc<Topic>) {
@@ -386,10 +412,12 @@ fn topic_dir(config: &Config, id: &uuid::Uuid) -> PathBuf {
 const RECOVERY_THREADS: usize = 8;
 
 /// Opens partitions `indexes` of a topic: recovered on up to
-/// [`RECOVERY_THREADS`] plain threads, then started in index order.
-fn open_partitions(
+/// [`RECOVERY_THREADS`] plain threads, then handed to the replica host in
+/// index order.
+async fn open_partitions(
     config: &Config,
     logs: &LogShared,
+    host: &ReplicaHost,
     name: &str,
     id: &uuid::Uuid,
     indexes: std::ops::Range<i32>,
@@ -397,32 +425,36 @@ fn open_partitions(
 ) -> Result<Vec<Arc<Partition>>> {
     let all: Vec<i32> = indexes.collect();
     let per_thread = all.len().div_ceil(RECOVERY_THREADS).max(1);
-    let recovered: Vec<Result<Vec<Recovered>>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = all
-            .chunks(per_thread)
-            .map(|chunk| {
-                scope.spawn(move || {
-                    chunk
-                        .iter()
-                        .map(|p| recover_partition(config, logs, name, id, *p, effective))
-                        .collect()
+    let recovered: Vec<Result<Vec<Recovered>>> = tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = all
+                .chunks(per_thread)
+                .map(|chunk| {
+                    scope.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|p| recover_partition(config, logs, name, id, *p, effective))
+                            .collect()
+                    })
                 })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join().unwrap_or_else(|_| {
-                    Err(HelixError::CorruptState(
-                        "partition recovery thread panicked".into(),
-                    ))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| {
+                    w.join().unwrap_or_else(|_| {
+                        Err(HelixError::CorruptState(
+                            "partition recovery thread panicked".into(),
+                        ))
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
     });
     let mut started = Vec::with_capacity(all.len());
     for chunk in recovered {
-        started.extend(chunk?.into_iter().map(Recovered::start));
+        for r in chunk? {
+            started.push(host.install(r).await?);
+        }
     }
     Ok(started)
 }
@@ -437,10 +469,15 @@ fn recover_partition(
 ) -> Result<Recovered> {
     let dir = topic_dir(config, id).join(index.to_string());
     let log = log_config(config, logs, effective);
+    let node = node_id(config)?;
     let settings = PartitionSettings {
-        node_id: config.node_id,
-        // Unique per (topic, partition) on this node.
-        group: (id.as_u64_pair().0 & !0xffff) | (index as u64 & 0xffff),
+        spec: GroupSpec {
+            node,
+            // Unique per (topic, partition), the same on every node.
+            group: helix_raft::GroupId((id.as_u64_pair().0 & !0xffff) | (index as u64 & 0xffff)),
+            voters: vec![node],
+            raft: raft_settings(config),
+        },
         batch: BatchLimits {
             linger: config.batch_linger,
             max_bytes: config.batch_max_bytes,
@@ -448,7 +485,26 @@ fn recover_partition(
         },
         log,
     };
-    Partition::recover(&dir, name, index, settings)
+    crate::partition::recover(&dir, name, index, settings)
+}
+
+/// This node's Raft id.
+pub fn node_id(config: &Config) -> Result<helix_raft::NodeId> {
+    u64::try_from(config.node_id)
+        .ok()
+        .filter(|n| *n > 0)
+        .map(helix_raft::NodeId)
+        .ok_or_else(|| HelixError::Config("node_id must be positive".into()))
+}
+
+/// The Raft settings of every group of this node.
+pub fn raft_settings(config: &Config) -> RaftSettings {
+    RaftSettings {
+        election_ticks: config.raft_election_ticks,
+        heartbeat_ticks: config.raft_heartbeat_ticks,
+        max_inflight_appends: config.raft_max_inflight_appends,
+        ..RaftSettings::default()
+    }
 }
 
 fn now_ms() -> i64 {

@@ -207,6 +207,16 @@ pub struct Config {
     pub max_connections: usize,
     /// The group coordinator's settings (defaults in `GroupConfig`).
     pub groups: GroupConfig,
+    /// Shard threads driving the Raft groups (default: one per core).
+    pub shards: usize,
+    /// Length of a Raft tick (default 50 ms).
+    pub raft_tick: Duration,
+    /// Election timeout in ticks, randomised in `[n, 2n)` (default 10).
+    pub raft_election_ticks: u32,
+    /// Leader heartbeat interval in ticks (default 1).
+    pub raft_heartbeat_ticks: u32,
+    /// AppendEntries in flight per follower (default 5).
+    pub raft_max_inflight_appends: usize,
 }
 
 impl Default for Config {
@@ -233,6 +243,11 @@ impl Default for Config {
             backpressure_mode: BackpressureMode::Pause,
             max_connections: 10_000,
             groups: GroupConfig::default(),
+            shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            raft_tick: Duration::from_millis(50),
+            raft_election_ticks: 10,
+            raft_heartbeat_ticks: 1,
+            raft_max_inflight_appends: 5,
         }
     }
 }

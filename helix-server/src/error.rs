@@ -60,6 +60,10 @@ pub enum HelixError {
     Raft(#[from] helix_raft::RaftError),
     #[error("not the leader of this partition")]
     NotLeader,
+    #[error("the client's leader epoch is older than the leader's")]
+    FencedLeaderEpoch,
+    #[error("the client's leader epoch is newer than the leader's")]
+    UnknownLeaderEpoch,
     #[error("too much unapplied data in the partition's raft log")]
     RaftBackpressure,
 }
@@ -117,6 +121,8 @@ impl HelixError {
             HelixError::Timeout(_) => ResponseError::RequestTimedOut,
             HelixError::InvalidRequest(_) => ResponseError::InvalidRequest,
             HelixError::ShuttingDown | HelixError::NotLeader => ResponseError::NotLeaderOrFollower,
+            HelixError::FencedLeaderEpoch => ResponseError::FencedLeaderEpoch,
+            HelixError::UnknownLeaderEpoch => ResponseError::UnknownLeaderEpoch,
             HelixError::Wal(_) => ResponseError::KafkaStorageError,
             HelixError::Raft(_) => ResponseError::UnknownServerError,
             HelixError::RaftBackpressure => ResponseError::RequestTimedOut,

@@ -10,6 +10,7 @@ mod group;
 mod kafka;
 mod metrics;
 mod partition;
+mod replica;
 mod server;
 
 use clap::Parser;

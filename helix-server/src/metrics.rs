@@ -58,6 +58,9 @@ pub struct Counters {
     pub raft_entries: AtomicU64,
     pub connections: AtomicU64,
     pub backpressure_timeouts: AtomicU64,
+    /// Peer messages dropped: a full shard queue or transport lane, or a
+    /// peer that is down (Raft resends).
+    pub peer_drops: AtomicU64,
     /// Fetch responses encoded by copying records because their splice
     /// markers were not found unambiguously (expected: 0).
     pub fetch_copy_fallbacks: AtomicU64,

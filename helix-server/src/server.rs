@@ -57,7 +57,7 @@ pub async fn run(config: Config) -> Result<()> {
     let _lock = DataDirLock::acquire(&config)?;
     // Open (and replay) everything before binding: a client that can
     // connect finds a broker that is ready and handles SIGTERM.
-    let broker = Broker::open(config)?;
+    let broker = Broker::open(config).await?;
     let listener = TcpListener::bind(broker.config.listen).await?;
     tracing::info!(
         listen = %broker.config.listen,

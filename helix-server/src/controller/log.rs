@@ -20,7 +20,7 @@ use kafka_protocol::records::{
 
 use super::Command;
 use crate::error::{HelixError, Result};
-use crate::partition::raft::{HardStateFile, start_group};
+use crate::partition::raft::{GroupSpec, HardStateFile, RaftSettings, restore_group};
 
 /// Raft group id of the controller.
 pub const CONTROLLER_GROUP: u64 = 0;
@@ -50,12 +50,18 @@ impl CommandLog {
         let (wal, recovery) = PartitionLog::open(&dir.join("wal"), config)?;
         let commands = replay(&wal, recovery.next_offset)?;
         let hard_state = HardStateFile::new(dir);
-        let group = start_group(
-            node_id,
-            CONTROLLER_GROUP,
-            hard_state.load()?,
-            recovery.last_position,
-        )?;
+        let node = helix_raft::NodeId(
+            u64::try_from(node_id)
+                .map_err(|_| HelixError::Config("node id must be positive".into()))?,
+        );
+        let spec = GroupSpec {
+            node,
+            group: helix_raft::GroupId(CONTROLLER_GROUP),
+            voters: vec![node],
+            raft: RaftSettings::default(),
+        };
+        let _ = recovery;
+        let group = restore_group(&spec, hard_state.load()?, &wal)?;
         let mut log = CommandLog {
             wal,
             group,

@@ -28,7 +28,10 @@ use super::wire::{GroupCall, NodeAddress, find_coordinator};
 use crate::batcher::{Backpressure, BatchLimits, PendingProduce, ProduceOutcome};
 use crate::config::{Config, WriteDurability};
 use crate::error::{HelixError, Result};
+use crate::partition::raft::GroupSpec;
 use crate::partition::{Partition, PartitionSettings, batch};
+use crate::replica::ReplicaHost;
+use helix_raft::GroupId;
 
 /// How often deadlines are checked. Session timeouts are seconds long; a
 /// member expires at most this much late.
@@ -94,9 +97,10 @@ impl GroupService {
     /// that propose, acknowledge and tick.
     /// `sync_group` and `file_budget` are the ones every log of the node
     /// shares.
-    pub fn open(
+    pub async fn open(
         config: &Config,
         backpressure: &Backpressure,
+        host: &ReplicaHost,
         sync_group: SyncGroup,
         file_budget: FileBudget,
     ) -> Result<Arc<GroupService>> {
@@ -118,10 +122,15 @@ impl GroupService {
         };
         let now = now_ms();
         let mut partitions = Vec::with_capacity(count as usize);
+        let node = crate::broker::node_id(config)?;
         for index in 0..count {
             let settings = PartitionSettings {
-                node_id: config.node_id,
-                group: COORDINATOR_RAFT_GROUPS | u64::from(index),
+                spec: GroupSpec {
+                    node,
+                    group: GroupId(COORDINATOR_RAFT_GROUPS | u64::from(index)),
+                    voters: vec![node],
+                    raft: crate::broker::raft_settings(config),
+                },
                 batch: BatchLimits {
                     linger: config.batch_linger,
                     max_bytes: config.batch_max_bytes,
@@ -130,8 +139,10 @@ impl GroupService {
                 log: log.clone(),
             };
             let dir = config.data_dir.join("groups").join(index.to_string());
-            let partition =
-                Partition::recover(&dir, "__consumer_offsets", index as i32, settings)?.start();
+            let recovered = tokio::task::block_in_place(|| {
+                crate::partition::recover(&dir, "__consumer_offsets", index as i32, settings)
+            })?;
+            let partition = host.install(recovered).await?;
             let id = CoordinatorPartition(index);
             coordinator.begin_load(id);
             replay(&mut coordinator, id, &partition, now)?;

@@ -70,6 +70,13 @@ fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchRespons
                 out.partitions.push(pd);
                 continue;
             };
+            if let Err(e) = p.check_leader(fp.current_leader_epoch) {
+                pd.error_code = e.kafka_code();
+                pd.high_watermark = -1;
+                any_error = true;
+                out.partitions.push(pd);
+                continue;
+            }
             let hw = p.high_watermark();
             pd.high_watermark = hw;
             pd.last_stable_offset = hw;

@@ -30,7 +30,10 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Li
             r.partition_index = p.partition_index;
             match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
                 None => r.error_code = HelixError::UnknownTopicOrPartition.kafka_code(),
-                Some(part) => match lookup(part, p.timestamp) {
+                Some(part) => match part
+                    .check_leader(p.current_leader_epoch)
+                    .and_then(|()| lookup(part, p.timestamp))
+                {
                     Ok((offset, timestamp)) => {
                         r.offset = offset;
                         r.timestamp = timestamp;

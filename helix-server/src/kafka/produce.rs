@@ -69,6 +69,7 @@ pub async fn enqueue(
                         Slot::Done(Err(HelixError::UnknownTopicId))
                     }
                     None => Slot::Done(Err(HelixError::UnknownTopicOrPartition)),
+                    Some((_, p)) if !p.is_leader() => Slot::Done(Err(HelixError::NotLeader)),
                     Some((t, p)) => {
                         let records = pd.records.unwrap_or_default();
                         match batch::validate(&records, t.effective.max_message_bytes) {

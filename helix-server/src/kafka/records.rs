@@ -41,6 +41,7 @@ pub async fn delete_records(
                 p.partition_index,
                 tokio::spawn(async move {
                     let part = part.ok_or(HelixError::UnknownTopicOrPartition)?;
+                    part.check_leader(-1)?;
                     let hw = part.high_watermark();
                     let before = if p.offset == TO_HIGH_WATERMARK {
                         hw
@@ -88,19 +89,23 @@ pub fn offset_for_leader_epoch(
                 None => r.error_code = HelixError::UnknownTopicOrPartition.kafka_code(),
                 Some(part) => {
                     let current = part.leader_epoch();
-                    if p.current_leader_epoch > current {
-                        r.error_code =
-                            kafka_protocol::error::ResponseError::UnknownLeaderEpoch.code();
+                    if let Err(e) = part.check_leader(p.current_leader_epoch) {
+                        r.error_code = e.kafka_code();
                     } else if p.leader_epoch >= current {
-                        // The current epoch ends at the high watermark.
+                        // The current epoch ends at the log end, as Kafka
+                        // answers: a client's position (at most some
+                        // leader's high watermark) is never beyond it.
                         r.leader_epoch = current;
-                        r.end_offset = part.high_watermark();
+                        r.end_offset = part.log_end_offset();
                     } else {
+                        // Acknowledged entries survive every leader change,
+                        // so an epoch's end here is at or past any position a
+                        // consumer read in it: no clamp to the high watermark.
                         let asked = u64::try_from(p.leader_epoch).unwrap_or(0);
                         match part.reader().end_offset_for_term(asked) {
                             Ok(Some(end)) => {
                                 r.leader_epoch = i32::try_from(end.term).unwrap_or(i32::MAX);
-                                r.end_offset = end.end_offset.min(part.high_watermark());
+                                r.end_offset = end.end_offset;
                             }
                             Ok(None) => {}
                             Err(e) => r.error_code = HelixError::from(e).kafka_code(),

@@ -19,7 +19,7 @@ async fn broker(dir: &std::path::Path) -> Arc<Broker> {
         data_dir: dir.to_path_buf(),
         ..Config::default()
     };
-    let b = Broker::open(config).expect("open broker");
+    let b = Broker::open(config).await.expect("open broker");
     b.create_topic("t", 1, Default::default(), false)
         .await
         .expect("topic t");

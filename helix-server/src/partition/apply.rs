@@ -39,6 +39,7 @@ pub fn apply_produce(
     lengths: &[u32],
     data: Bytes,
     max_ts: &mut MaxTimestamp,
+    check: AppendCheck,
 ) -> Result<Vec<Applied>> {
     let term =
         i32::try_from(pos.term).map_err(|_| HelixError::CorruptState("term above i32".into()))?;
@@ -58,11 +59,11 @@ pub fn apply_produce(
         outcomes.push(outcome);
         start = end;
     }
-    // Every batch's CRC-32C was verified before the entry was proposed
-    // (`partition::batch::validate`, on the leader), and patching baseOffset and
-    // partitionLeaderEpoch leaves the CRC-covered bytes alone, so the WAL
-    // checks only structure here; recovery still verifies CRCs.
-    let check = AppendCheck::CrcVerifiedByCaller;
+    // `check`: the leader verified every batch's CRC-32C before proposing
+    // (`partition::batch::validate`) and patching baseOffset and
+    // partitionLeaderEpoch leaves the CRC-covered bytes alone, so it checks
+    // only structure here; entries that came over the network are verified
+    // in full. Recovery always verifies CRCs.
     if accepted.len() == lengths.len() {
         log.append_checked(pos, &buf, check)?;
     } else {
@@ -149,8 +150,16 @@ mod tests {
         let a = make_batch(&[b"1", b"2"], 3, 0, 0);
         let b = make_batch(&[b"3"], -1, -1, 500);
         let (lengths, data) = entry(&[vec![a.clone()], vec![b]]);
-        let out = apply_produce(&mut log, &mut producers, at(1), &lengths, data, &mut max_ts)
-            .expect("apply");
+        let out = apply_produce(
+            &mut log,
+            &mut producers,
+            at(1),
+            &lengths,
+            data,
+            &mut max_ts,
+            AppendCheck::Full,
+        )
+        .expect("apply");
         assert!(matches!(out[0], Applied::Appended { base_offset: 0 }));
         assert!(matches!(out[1], Applied::Appended { base_offset: 2 }));
         assert_eq!(log.next_offset(), 3);
@@ -160,8 +169,16 @@ mod tests {
             "base offset of the batch holding it"
         );
         let (lengths, data) = entry(&[vec![a]]);
-        let out = apply_produce(&mut log, &mut producers, at(2), &lengths, data, &mut max_ts)
-            .expect("apply");
+        let out = apply_produce(
+            &mut log,
+            &mut producers,
+            at(2),
+            &lengths,
+            data,
+            &mut max_ts,
+            AppendCheck::Full,
+        )
+        .expect("apply");
         assert!(matches!(out[0], Applied::Duplicate { base_offset: 0 }));
         assert_eq!(log.next_offset(), 3, "a duplicate is not appended");
         assert_eq!(
@@ -183,8 +200,16 @@ mod tests {
         let gap = make_batch(&[b"x"], 8, 5, 0);
         let ok = make_batch(&[b"y"], -1, -1, 0);
         let (lengths, data) = entry(&[vec![gap], vec![ok]]);
-        let out = apply_produce(&mut log, &mut producers, at(1), &lengths, data, &mut None)
-            .expect("apply");
+        let out = apply_produce(
+            &mut log,
+            &mut producers,
+            at(1),
+            &lengths,
+            data,
+            &mut None,
+            AppendCheck::Full,
+        )
+        .expect("apply");
         assert!(matches!(
             out[0],
             Applied::Rejected(HelixError::OutOfOrderSequence { .. })

@@ -1,9 +1,15 @@
-//! A partition: its WAL (helix-wal), its Raft group (helix-raft, one voter
-//! on a single node), its batcher and the worker task that drives them.
-//! Connections talk to a partition only through [`Partition`]: produce
-//! requests go in through the batcher's channel; reads go straight to the
-//! WAL reader, bounded by the high watermark (the acknowledged offset).
+//! A partition replica: its WAL (helix-wal), its Raft group (helix-raft),
+//! its batcher, and the handle the Kafka front end uses ([`Partition`]).
+//!
+//! [`recover`] opens a replica from its directory (blocking file I/O, on any
+//! thread; many recover at once); the replica host then moves its Raft group
+//! and [`state::PartitionState`] into the shard thread that drives them, and
+//! runs its batcher. Connections talk to a partition only through
+//! [`Partition`]: produce requests go in through the batcher's channel;
+//! reads go straight to the WAL reader, bounded by the high watermark (the
+//! acknowledged offset) that the shard publishes, with the leadership.
 
+mod answers;
 pub mod apply;
 pub mod batch;
 pub mod entry;
@@ -11,129 +17,142 @@ pub mod producers;
 pub mod raft;
 pub mod records;
 pub mod scan;
-mod worker;
+pub mod state;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
+use helix_raft::{GroupId, NodeId, RaftGroup, Role, Term};
 use helix_wal::{LogConfig, LogReader, PartitionLog};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::batcher::{BatchLimits, Batcher, PartitionCommand, PendingProduce};
 use crate::error::{HelixError, Result};
+use raft::{GroupSpec, HardStateFile};
 use scan::MaxTimestamp;
+use state::PartitionState;
 
-/// Requests queued to one partition's worker before senders wait. The
+/// Requests queued to one partition's batcher before senders wait. The
 /// node-wide backpressure limit is what really bounds memory.
 const COMMAND_QUEUE: usize = 4096;
 
-/// How a partition is opened.
+/// How a replica is opened.
 #[derive(Debug, Clone)]
 pub struct PartitionSettings {
-    pub node_id: i32,
-    /// Raft group id of this partition (unique on the node).
-    pub group: u64,
+    pub spec: GroupSpec,
     pub batch: BatchLimits,
     pub log: LogConfig,
 }
 
-/// A recovered partition whose worker is not running yet.
-pub struct Recovered {
-    state: worker::WorkerState,
-    batcher: Batcher,
-    partition: Partition,
+/// The role, term and leader of a replica's group, as last published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leadership {
+    pub role: Role,
+    pub term: Term,
+    pub leader: Option<NodeId>,
 }
 
-impl Recovered {
-    /// Starts the worker (needs a tokio runtime).
-    pub fn start(self) -> Arc<Partition> {
-        tokio::spawn(worker::run(self.batcher, self.state));
-        Arc::new(self.partition)
+impl Default for Leadership {
+    fn default() -> Self {
+        Leadership {
+            role: Role::Follower,
+            term: Term(0),
+            leader: None,
+        }
     }
 }
 
-/// The shared handle of one partition.
+/// What the shard publishes for readers of a replica.
+#[derive(Debug)]
+pub struct Published {
+    /// Replaced when the log is reopened with new settings.
+    pub reader: RwLock<LogReader>,
+    /// Acknowledged end: what consumers may read, exclusive.
+    pub high_watermark: watch::Sender<i64>,
+    pub max_timestamp: Mutex<MaxTimestamp>,
+    pub leadership: watch::Sender<Leadership>,
+}
+
+/// A recovered replica, not yet handed to a shard.
+pub struct Recovered {
+    pub group: RaftGroup,
+    pub state: PartitionState,
+    pub batcher: Batcher,
+    pub partition: Arc<Partition>,
+}
+
+/// The shared handle of one partition replica.
 #[derive(Debug)]
 pub struct Partition {
     pub index: i32,
+    pub group: GroupId,
     commands: mpsc::Sender<PartitionCommand>,
-    /// Shared with the worker, which replaces it when the log is reopened.
-    reader: Arc<RwLock<LogReader>>,
-    high_watermark: watch::Receiver<i64>,
-    leader_epoch: i32,
-    max_timestamp: Arc<Mutex<MaxTimestamp>>,
+    published: Arc<Published>,
+}
+
+/// Opens the replica stored in `dir` (WAL in `dir/wal`, Raft vote in
+/// `dir`): recovers the log, rebuilds the state derived from it and
+/// restores the Raft group. Blocking file I/O, no tokio.
+pub fn recover(
+    dir: &Path,
+    topic: &str,
+    index: i32,
+    settings: PartitionSettings,
+) -> Result<Recovered> {
+    std::fs::create_dir_all(dir)?;
+    let (log, recovery) = PartitionLog::open(&dir.join("wal"), settings.log.clone())?;
+    let snapshot = scan::Snapshot::load(dir);
+    let acknowledged_hint = snapshot.as_ref().map_or(0, |s| s.acknowledged_offset);
+    let (producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;
+    let hard_state_file = HardStateFile::new(dir);
+    let group = raft::restore_group(&settings.spec, hard_state_file.load()?, &log)?;
+    // What consumers may read until the group acknowledges more: for one
+    // voter its whole WAL (its own durable log is a majority); otherwise
+    // what was known acknowledged when the last snapshot was taken.
+    let high_watermark = if settings.spec.voters.len() == 1 {
+        recovery.next_offset
+    } else {
+        acknowledged_hint.clamp(recovery.log_start_offset, recovery.next_offset)
+    };
+    tracing::debug!(
+        topic,
+        index,
+        group = settings.spec.group.0,
+        next_offset = recovery.next_offset,
+        log_start_offset = recovery.log_start_offset,
+        high_watermark,
+        term = group.term().0,
+        "opened partition replica"
+    );
+    let published = Arc::new(Published {
+        reader: RwLock::new(log.reader()),
+        high_watermark: watch::channel(high_watermark).0,
+        max_timestamp: Mutex::new(max_ts),
+        leadership: watch::channel(Leadership::default()).0,
+    });
+    let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+    let state = PartitionState::new(
+        dir.to_path_buf(),
+        log,
+        hard_state_file,
+        producers,
+        published.clone(),
+    );
+    Ok(Recovered {
+        group,
+        state,
+        batcher: Batcher::new(rx, settings.batch),
+        partition: Arc::new(Partition {
+            index,
+            group: settings.spec.group,
+            commands: tx,
+            published,
+        }),
+    })
 }
 
 impl Partition {
-    /// Opens the partition stored in `dir` (WAL in `dir/wal`, Raft vote in
-    /// `dir`), recovers it and elects this node; [`Recovered::start`] then
-    /// starts its worker. Blocking file I/O and fsyncs, no tokio: many
-    /// partitions can recover on plain threads at once.
-    pub fn recover(
-        dir: &Path,
-        topic: &str,
-        index: i32,
-        settings: PartitionSettings,
-    ) -> Result<Recovered> {
-        std::fs::create_dir_all(dir)?;
-        let (log, recovery) = PartitionLog::open(&dir.join("wal"), settings.log.clone())?;
-        let (producers, max_ts) = scan::rebuild(
-            &log.reader(),
-            recovery.next_offset,
-            scan::Snapshot::load(dir),
-        )?;
-        let reader = Arc::new(RwLock::new(log.reader()));
-        let hard_state_file = raft::HardStateFile::new(dir);
-        let group = raft::start_group(
-            settings.node_id,
-            settings.group,
-            hard_state_file.load()?,
-            recovery.last_position,
-        )?;
-        let leader_epoch = i32::try_from(group.term().0)
-            .map_err(|_| HelixError::CorruptState("raft term above i32".into()))?;
-        tracing::debug!(
-            topic,
-            index,
-            next_offset = recovery.next_offset,
-            log_start_offset = recovery.log_start_offset,
-            leader_epoch,
-            "opened partition"
-        );
-        // Until the new term's no-op is acknowledged (in the first drive
-        // below) consumers see what the restored WAL holds durably.
-        let (hw_tx, hw_rx) = watch::channel(recovery.next_offset);
-        let max_timestamp = Arc::new(Mutex::new(max_ts));
-        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-        let published = worker::Published {
-            reader: reader.clone(),
-            high_watermark: hw_tx,
-            max_timestamp: max_timestamp.clone(),
-        };
-        let mut state = worker::WorkerState::new(
-            dir.to_path_buf(),
-            log,
-            group,
-            hard_state_file,
-            producers,
-            published,
-        );
-        state.drive()?;
-        Ok(Recovered {
-            state,
-            batcher: Batcher::new(rx, settings.batch),
-            partition: Partition {
-                index,
-                commands: tx,
-                reader,
-                high_watermark: hw_rx,
-                leader_epoch,
-                max_timestamp,
-            },
-        })
-    }
-
     /// Queues a validated produce request.
     pub async fn produce(&self, p: PendingProduce) -> Result<()> {
         self.commands
@@ -152,14 +171,14 @@ impl Partition {
         rx.await.map_err(|_| HelixError::ShuttingDown)?
     }
 
-    /// Asks the worker to apply retention (fire and forget).
+    /// Asks the replica to apply retention (fire and forget).
     pub fn retention(&self, now_ms: i64) {
         let _ = self
             .commands
             .try_send(PartitionCommand::Retention { now_ms });
     }
 
-    /// Asks the worker to stop after what is queued before this call,
+    /// Asks the replica to stop after what is queued before this call,
     /// flushing and closing the log; the receiver fires once it has. Lets a
     /// caller close many partitions at once.
     pub async fn begin_close(&self) -> Option<oneshot::Receiver<()>> {
@@ -170,41 +189,77 @@ impl Partition {
             .ok()?;
         Some(rx)
     }
+
     /// The acknowledged end: what consumers may read, exclusive.
     pub fn high_watermark(&self) -> i64 {
-        *self.high_watermark.borrow()
+        *self.published.high_watermark.borrow()
     }
 
     /// A receiver that changes whenever the high watermark moves.
     pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
-        self.high_watermark.clone()
+        self.published.high_watermark.subscribe()
+    }
+
+    /// The role, term and leader last published.
+    pub fn leadership(&self) -> Leadership {
+        *self.published.leadership.borrow()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leadership().role == Role::Leader
+    }
+
+    /// Serves reads and writes only as the leader; `current_leader_epoch`
+    /// (KIP-320, -1 when the client sends none) is checked against the
+    /// leader epoch as Kafka does.
+    pub fn check_leader(&self, current_leader_epoch: i32) -> Result<()> {
+        let l = self.leadership();
+        if l.role != Role::Leader {
+            return Err(HelixError::NotLeader);
+        }
+        let epoch = term_epoch(l.term);
+        match current_leader_epoch {
+            -1 => Ok(()),
+            e if e < epoch => Err(HelixError::FencedLeaderEpoch),
+            e if e > epoch => Err(HelixError::UnknownLeaderEpoch),
+            _ => Ok(()),
+        }
+    }
+
+    /// The current leader epoch (= Raft term).
+    pub fn leader_epoch(&self) -> i32 {
+        term_epoch(self.leadership().term)
     }
 
     pub fn log_start_offset(&self) -> i64 {
         self.reader().log_start_offset()
     }
 
-    /// The current leader epoch (= Raft term).
-    pub fn leader_epoch(&self) -> i32 {
-        self.leader_epoch
+    /// The end of this replica's WAL (Kafka's log end offset).
+    pub fn log_end_offset(&self) -> i64 {
+        self.reader().next_offset()
     }
 
     /// (base offset, timestamp) of the batch with the largest timestamp.
     pub fn max_timestamp(&self) -> MaxTimestamp {
-        self.max_timestamp.lock().ok().and_then(|m| *m)
+        self.published.max_timestamp.lock().ok().and_then(|m| *m)
     }
 
     /// Whole batches from `from`, at most `max_bytes` (at least one batch),
     /// never past the high watermark. The bytes are the WAL's own slices.
+    /// Between the high watermark and the log end the answer is empty, not
+    /// out of range: a new leader may not have learned yet what its
+    /// predecessor acknowledged (Kafka answers the same way).
     pub fn read(&self, from: i64, max_bytes: usize) -> Result<Bytes> {
         let hw = self.high_watermark();
-        if from < self.log_start_offset() || from > hw {
+        let reader = self.reader();
+        if from < reader.log_start_offset() || from > hw.max(reader.next_offset()) {
             return Err(HelixError::OffsetOutOfRange);
         }
-        if from == hw {
+        if from >= hw {
             return Ok(Bytes::new());
         }
-        let read = self.reader().read(from, max_bytes)?;
+        let read = reader.read(from, max_bytes)?;
         if read.next_offset <= hw {
             return Ok(read.bytes);
         }
@@ -223,7 +278,7 @@ impl Partition {
 
     /// The current reader handle (cheap: a clone of an `Arc`).
     pub fn reader(&self) -> LogReader {
-        match self.reader.read() {
+        match self.published.reader.read() {
             Ok(r) => r.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
@@ -237,6 +292,11 @@ impl Partition {
             .send(PartitionCommand::Reconfigure { log })
             .await;
     }
+}
+
+/// A Raft term as a Kafka leader epoch.
+pub fn term_epoch(term: Term) -> i32 {
+    i32::try_from(term.0).unwrap_or(i32::MAX)
 }
 
 /// Closes partitions concurrently: every close is asked for first, then

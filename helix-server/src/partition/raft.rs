@@ -1,14 +1,18 @@
-//! The partition's Raft group (helix-raft) and its persisted vote.
+//! A replica's Raft group (helix-raft) and its persisted vote.
 //!
-//! The group is restored from the WAL's last Raft position and the
-//! persisted `(term, voted_for)`; a single node runs it as a one-voter group,
-//! which elects itself at once and appends a no-op of its new term (that
-//! entry is what lets the acknowledged index move, see DESIGN.md).
+//! The group is restored from the persisted `(term, voted_for)`, the WAL's
+//! last Raft position and the first index of every term in the WAL, so a
+//! restarted replica votes and checks appends against its whole WAL at
+//! once. A one-voter group (a single node) elects itself immediately and
+//! appends a no-op of its new term (the entry that lets the acknowledged
+//! index move, see DESIGN.md).
 
 use std::path::{Path, PathBuf};
 
-use helix_raft::{GroupId, HardState, LogIndex, NodeId, RaftConfig, RaftGroup, Restored, Term};
-use helix_wal::RaftPosition;
+use helix_raft::{
+    GroupId, HardState, LogIndex, MemoryBudget, NodeId, RaftConfig, RaftGroup, Restored, Term,
+};
+use helix_wal::PartitionLog;
 
 use crate::error::{HelixError, Result};
 
@@ -55,28 +59,77 @@ impl HardStateFile {
     }
 }
 
-/// Builds the group of a partition from its vote and WAL end, and makes
-/// this node its leader (one voter).
-pub fn start_group(
-    node: i32,
-    group: u64,
+/// The node-wide Raft settings every group of this node is built with.
+#[derive(Debug, Clone)]
+pub struct RaftSettings {
+    pub election_ticks: u32,
+    pub heartbeat_ticks: u32,
+    pub max_inflight_appends: usize,
+    pub max_append_bytes: usize,
+    /// Bound of one group's in-memory log.
+    pub max_inmem_bytes: usize,
+    /// Shared by every group of the node.
+    pub node_budget: Option<MemoryBudget>,
+}
+
+impl Default for RaftSettings {
+    fn default() -> Self {
+        let d = RaftConfig::new(NodeId(1), vec![NodeId(1)]);
+        RaftSettings {
+            election_ticks: d.election_ticks,
+            heartbeat_ticks: d.heartbeat_ticks,
+            max_inflight_appends: d.max_inflight_appends,
+            max_append_bytes: d.max_append_bytes,
+            max_inmem_bytes: d.max_inmem_bytes,
+            node_budget: None,
+        }
+    }
+}
+
+/// Who a replica is: its node, its group and the group's voters.
+#[derive(Debug, Clone)]
+pub struct GroupSpec {
+    pub node: NodeId,
+    pub group: GroupId,
+    pub voters: Vec<NodeId>,
+    pub raft: RaftSettings,
+}
+
+/// Builds a replica's group from its persisted vote and its WAL (last
+/// position and the first index of every term in it). A one-voter group
+/// campaigns at once: it is leader immediately, at a new term whose no-op
+/// entry lets the acknowledged index move (DESIGN.md).
+pub fn restore_group(
+    spec: &GroupSpec,
     hard_state: HardState,
-    wal_last: Option<RaftPosition>,
+    log: &PartitionLog,
 ) -> Result<RaftGroup> {
-    let node = NodeId(
-        u64::try_from(node).map_err(|_| HelixError::Config("node id must be positive".into()))?,
-    );
-    let cfg = RaftConfig::new(node, vec![node]);
+    let mut cfg = RaftConfig::new(spec.node, spec.voters.clone());
+    cfg.election_ticks = spec.raft.election_ticks;
+    cfg.heartbeat_ticks = spec.raft.heartbeat_ticks;
+    cfg.max_inflight_appends = spec.raft.max_inflight_appends;
+    cfg.max_append_bytes = spec.raft.max_append_bytes;
+    cfg.max_inmem_bytes = spec.raft.max_inmem_bytes;
+    cfg.node_budget = spec.raft.node_budget.clone();
+    let wal_last = log.last_position();
+    let wal_term_starts = if wal_last.is_some() {
+        log.term_starts()?
+            .into_iter()
+            .map(|p| (LogIndex(p.index), Term(p.term)))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let restored = Restored {
         hard_state,
         wal_last: wal_last.map(|p| (LogIndex(p.index), Term(p.term))),
-        // A one-voter group may leave the term starts empty; a replicated
-        // group will need them from the WAL's entry index.
-        wal_term_starts: Vec::new(),
-        seed: group ^ node.0,
+        wal_term_starts,
+        seed: spec.group.0 ^ spec.node.0.rotate_left(32),
     };
-    let mut g = RaftGroup::new(GroupId(group), cfg, restored)?;
-    g.campaign();
+    let mut g = RaftGroup::new(spec.group, cfg, restored)?;
+    if spec.voters == [spec.node] {
+        g.campaign();
+    }
     Ok(g)
 }
 
@@ -99,14 +152,32 @@ mod tests {
 
     #[test]
     fn a_restarted_one_voter_group_leads_at_a_higher_term() {
-        let g = start_group(
-            1,
-            9,
-            HardState::default(),
-            Some(RaftPosition { term: 3, index: 10 }),
-        )
-        .expect("group");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) =
+            PartitionLog::open(dir.path(), helix_wal::LogConfig::default()).expect("open");
+        for index in 1..=10 {
+            let term = if index < 5 { 1 } else { 3 };
+            log.append(helix_wal::RaftPosition { term, index }, &[])
+                .expect("append");
+        }
+        let spec = GroupSpec {
+            node: NodeId(1),
+            group: GroupId(9),
+            voters: vec![NodeId(1)],
+            raft: RaftSettings::default(),
+        };
+        let g = restore_group(&spec, HardState::default(), &log).expect("group");
         assert_eq!(g.role(), helix_raft::Role::Leader);
         assert_eq!(g.term(), Term(4));
+        // A replica of a three-voter group restores the term of every WAL
+        // index and waits for an election.
+        let spec = GroupSpec {
+            voters: vec![NodeId(1), NodeId(2), NodeId(3)],
+            ..spec
+        };
+        let g = restore_group(&spec, HardState::default(), &log).expect("group");
+        assert_eq!(g.role(), helix_raft::Role::Follower);
+        assert_eq!(g.term_at(LogIndex(4)), Some(Term(1)));
+        assert_eq!(g.term_at(LogIndex(5)), Some(Term(3)));
     }
 }

@@ -20,6 +20,10 @@ pub struct Snapshot {
     pub covers: i64,
     pub producers: ProducerTable,
     pub max_timestamp: MaxTimestamp,
+    /// The high watermark when taken: a lower bound of what is acknowledged,
+    /// where a restarted replica's high watermark starts.
+    #[serde(default)]
+    pub acknowledged_offset: i64,
 }
 
 impl Snapshot {
@@ -31,6 +35,17 @@ impl Snapshot {
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "ignoring an unreadable state snapshot");
                 None
+            }
+        }
+    }
+
+    /// Drops the snapshot in `dir` (the log was truncated below what it covers).
+    pub fn remove(dir: &Path) {
+        match std::fs::remove_file(dir.join(SNAPSHOT_FILE)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a state snapshot")
             }
         }
     }
@@ -115,6 +130,7 @@ mod tests {
             covers: log.next_offset(),
             producers,
             max_timestamp: max_ts,
+            acknowledged_offset: log.next_offset(),
         }
         .save(dir.path())
         .expect("save");

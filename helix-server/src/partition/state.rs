@@ -1,0 +1,487 @@
+//! The apply side of one partition replica, driven by the shard that hosts
+//! its Raft group: proposes batches from the batcher, applies what Raft
+//! commits to the WAL (assigning offsets), truncates the WAL when a new
+//! leader's log disagrees, publishes the high watermark (the acknowledged
+//! offset) and answers produce requests once their entry is acknowledged.
+//!
+//! Leader and follower run the same code: a follower simply has no waiters.
+//! A proposal is matched to the entry applied at its index only if that
+//! entry carries the term it was proposed in (docs/raft.md).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use helix_raft::{Entry, EntryKind, LogIndex, RaftGroup, Role, Term};
+use helix_wal::{AppendCheck, LogConfig, PartitionLog, RaftPosition};
+
+use super::answers::{Unacked, Waiter, copy_error, fail_waiter};
+use super::apply::{Applied, apply_produce};
+use super::entry::{self, PartitionEntry};
+use super::producers::ProducerTable;
+use super::raft::HardStateFile;
+use super::scan::{self, Snapshot};
+use super::{Leadership, Published};
+use crate::batcher::{PartitionCommand, PendingProduce, ProduceAck, Work};
+use crate::error::{HelixError, Result};
+use crate::metrics::{Metrics, Stage, metrics};
+
+/// One replica's state outside Raft. Owned by a shard thread.
+pub struct PartitionState {
+    /// The partition's directory (vote, snapshots of derived state).
+    dir: std::path::PathBuf,
+    /// Always Some, except for the instant of a reopen (see `reconfigure`).
+    log: Option<PartitionLog>,
+    pub(crate) hard_state: HardStateFile,
+    producers: ProducerTable,
+    published: Arc<Published>,
+    /// Proposed entries (term at propose, index) in index order, with who
+    /// waits for them.
+    waiting: VecDeque<(Term, LogIndex, Waiter, Instant)>,
+    /// Applied entries whose acknowledgement is not known yet.
+    unacked: VecDeque<Unacked>,
+    /// Highest acknowledged index learned (may be ahead of what is applied).
+    acknowledged: LogIndex,
+    /// Last index appended to the WAL.
+    applied: LogIndex,
+    /// The last leadership published to readers.
+    leadership: Leadership,
+}
+
+impl PartitionState {
+    pub(super) fn new(
+        dir: std::path::PathBuf,
+        log: PartitionLog,
+        hard_state: HardStateFile,
+        producers: ProducerTable,
+        published: Arc<Published>,
+    ) -> PartitionState {
+        let applied = LogIndex(log.last_position().map_or(0, |p| p.index));
+        PartitionState {
+            dir,
+            log: Some(log),
+            hard_state,
+            producers,
+            published,
+            waiting: VecDeque::new(),
+            unacked: VecDeque::new(),
+            acknowledged: LogIndex(0),
+            applied,
+            leadership: Leadership::default(),
+        }
+    }
+
+    /// Whether appends are made durable by fsync (group-committed).
+    pub fn fsync(&self) -> bool {
+        self.log
+            .as_ref()
+            .is_some_and(|l| l.config().durability == helix_wal::Durability::Fsync)
+    }
+
+    /// The WAL's durable end, capped at what was applied.
+    pub fn durable_index(&self) -> LogIndex {
+        let durable = self
+            .log
+            .as_ref()
+            .and_then(PartitionLog::durable_position)
+            .map_or(LogIndex(0), |p| LogIndex(p.index));
+        durable.min(self.applied)
+    }
+
+    /// Takes one piece of work from the batcher. Returns false when the
+    /// partition must stop (closed, or its log could not be reopened).
+    pub fn work(&mut self, group: &mut RaftGroup, work: Work) -> bool {
+        match work {
+            Work::Produce(batch) => self.propose_produce(group, batch),
+            Work::Control(PartitionCommand::Produce(p)) => self.propose_produce(group, vec![p]),
+            Work::Control(PartitionCommand::DeleteRecords { before, reply }) => {
+                match group.propose(entry::encode_delete_records(before)) {
+                    Ok(index) => self.waiting.push_back((
+                        group.term(),
+                        index,
+                        Waiter::DeleteRecords(reply),
+                        Instant::now(),
+                    )),
+                    Err(e) => {
+                        let _ = reply.send(Err(e.into()));
+                    }
+                }
+            }
+            Work::Control(PartitionCommand::Close { reply }) => {
+                self.close();
+                let _ = reply.send(());
+                return false;
+            }
+            Work::Control(PartitionCommand::Reconfigure { log }) => {
+                if let Err(e) = self.reconfigure(log) {
+                    tracing::error!(error = %e, "reopening the log with new settings failed; partition stopped");
+                    self.fail_all(&e);
+                    return false;
+                }
+            }
+            Work::Control(PartitionCommand::Retention { now_ms }) => self.retention(now_ms),
+        }
+        true
+    }
+
+    fn propose_produce(&mut self, group: &mut RaftGroup, batch: Vec<PendingProduce>) {
+        let now = Instant::now();
+        let m = metrics();
+        for p in &batch {
+            m.record(Stage::BatcherQueueWait, now.duration_since(p.enqueued));
+        }
+        let data = entry::encode_produce(batch.iter().map(|p| p.batches.as_slice()));
+        match group.propose(data) {
+            Ok(index) => {
+                Metrics::count(&m.counters.raft_entries, 1);
+                self.waiting
+                    .push_back((group.term(), index, Waiter::Produce(batch), now));
+            }
+            Err(e) => {
+                let err: HelixError = e.into();
+                for p in batch {
+                    if let Some(reply) = p.reply {
+                        let _ = reply.send(Err(copy_error(&err)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Cuts the WAL after `after` (a new leader's log differs beyond it;
+    /// always above the acknowledged index) and rebuilds what was derived
+    /// from the dropped entries.
+    pub fn truncate(&mut self, after: LogIndex) -> Result<()> {
+        let log = live(&mut self.log)?;
+        log.truncate_after(after.0)?;
+        self.applied = self.applied.min(after);
+        // A snapshot taken beyond the cut no longer describes the log.
+        Snapshot::remove(&self.dir);
+        let (producers, max_ts) = scan::rebuild(&log.reader(), log.next_offset(), None)?;
+        self.producers = producers;
+        if let Ok(mut m) = self.published.max_timestamp.lock() {
+            *m = max_ts;
+        }
+        let err = HelixError::NotLeader;
+        while self.unacked.back().is_some_and(|u| u.index > after) {
+            if let Some(mut u) = self.unacked.pop_back() {
+                u.fail(&err);
+            }
+        }
+        while self.waiting.back().is_some_and(|(_, i, _, _)| *i > after) {
+            if let Some((_, _, w, _)) = self.waiting.pop_back() {
+                fail_waiter(w, &err);
+            }
+        }
+        tracing::info!(dir = %self.dir.display(), after = after.0, next_offset = log.next_offset(), "WAL truncated to the new leader's log");
+        Ok(())
+    }
+
+    /// Appends committed entries to the WAL in order. Returns the last index
+    /// applied, if any. `crc_checked` tells whether this node validated the
+    /// batches' CRCs when it proposed them (the leader); entries that came
+    /// from another node are verified in full on append.
+    pub fn apply(&mut self, entries: Vec<Entry>) -> Result<Option<LogIndex>> {
+        let m = metrics();
+        let mut last = None;
+        for e in entries {
+            let pos = RaftPosition {
+                term: e.term.0,
+                index: e.index.0,
+            };
+            let waiter = self.take_waiter(e.term, e.index);
+            let proposed_at = waiter.as_ref().map(|(_, at)| *at);
+            if let Some(at) = proposed_at {
+                m.record(Stage::RaftCommit, at.elapsed());
+            }
+            let started = Instant::now();
+            let applying = match e.kind {
+                EntryKind::Noop => {
+                    live(&mut self.log)?.append(pos, &[])?;
+                    None
+                }
+                EntryKind::Normal => {
+                    let check = if waiter.is_some() {
+                        AppendCheck::CrcVerifiedByCaller
+                    } else {
+                        AppendCheck::Full
+                    };
+                    Some(self.apply_normal(pos, e.data, check)?)
+                }
+            };
+            m.record(Stage::WalAppend, started.elapsed());
+            self.applied = e.index;
+            let unacked = self.settle(e.index, waiter.map(|(w, _)| w), applying, proposed_at);
+            self.push_unacked(unacked);
+            last = Some(e.index);
+        }
+        Ok(last)
+    }
+
+    /// The waiter of the entry at `index` if it was proposed here in `term`.
+    /// Waiters for earlier indexes (entries that another leader replaced)
+    /// are failed on the way.
+    fn take_waiter(&mut self, term: Term, index: LogIndex) -> Option<(Waiter, Instant)> {
+        while let Some((t, i, _, _)) = self.waiting.front() {
+            if *i > index {
+                return None;
+            }
+            let matches = *i == index && *t == term;
+            let (_, _, w, at) = self.waiting.pop_front()?;
+            if matches {
+                return Some((w, at));
+            }
+            fail_waiter(w, &HelixError::NotLeader);
+        }
+        None
+    }
+
+    fn apply_normal(
+        &mut self,
+        pos: RaftPosition,
+        data: Bytes,
+        check: AppendCheck,
+    ) -> Result<Applying> {
+        Ok(match entry::decode(data)? {
+            PartitionEntry::Produce { lengths, data } => {
+                let mut max_ts = self
+                    .published
+                    .max_timestamp
+                    .lock()
+                    .map(|m| *m)
+                    .unwrap_or(None);
+                let outcomes = apply_produce(
+                    live(&mut self.log)?,
+                    &mut self.producers,
+                    pos,
+                    &lengths,
+                    data,
+                    &mut max_ts,
+                    check,
+                )?;
+                if let Ok(mut m) = self.published.max_timestamp.lock() {
+                    *m = max_ts;
+                }
+                Applying::Produce(outcomes)
+            }
+            PartitionEntry::DeleteRecords { before } => {
+                let log = live(&mut self.log)?;
+                log.append(pos, &[])?;
+                // Deterministic on every replica: the entry's own position
+                // bounds it, not a replica's view of the high watermark.
+                let result = if before > log.next_offset() {
+                    Err(HelixError::OffsetOutOfRange)
+                } else {
+                    log.delete_records_before(before)
+                        .map(|o| o.log_start_offset)
+                        .map_err(HelixError::from)
+                };
+                Applying::DeleteRecords(result)
+            }
+        })
+    }
+
+    /// Pairs an applied entry's results with its waiter: acks=1 and errors
+    /// are answered now, acks=all held until acknowledged, acks=0 dropped.
+    fn settle(
+        &mut self,
+        index: LogIndex,
+        waiter: Option<Waiter>,
+        applying: Option<Applying>,
+        proposed_at: Option<Instant>,
+    ) -> Unacked {
+        let (log_start, end_offset) = self
+            .log
+            .as_ref()
+            .map_or((-1, -1), |l| (l.log_start_offset(), l.next_offset()));
+        let mut unacked = Unacked::new(index, end_offset, proposed_at);
+        match (waiter, applying) {
+            (None, _) => {}
+            (Some(Waiter::Produce(requests)), Some(Applying::Produce(outcomes))) => {
+                for (p, outcome) in requests.into_iter().zip(outcomes) {
+                    let answer = match outcome {
+                        Applied::Appended { base_offset } => Ok(ProduceAck {
+                            base_offset,
+                            log_start_offset: log_start,
+                            duplicate: false,
+                        }),
+                        Applied::Duplicate { base_offset } => Ok(ProduceAck {
+                            base_offset,
+                            log_start_offset: log_start,
+                            duplicate: true,
+                        }),
+                        Applied::Rejected(err) => Err(err),
+                    };
+                    let Some(reply) = p.reply else { continue };
+                    if p.acks == 1 || answer.is_err() {
+                        let _ = reply.send(answer);
+                    } else {
+                        unacked.answers.push((reply, answer, p.room));
+                    }
+                }
+            }
+            (Some(Waiter::DeleteRecords(reply)), Some(Applying::DeleteRecords(result))) => {
+                unacked.delete_reply = Some((reply, result));
+            }
+            (Some(waiter), _) => {
+                tracing::error!(?index, "entry kind does not match its waiter");
+                fail_waiter(
+                    waiter,
+                    &HelixError::CorruptState("entry kind does not match its waiter".into()),
+                );
+            }
+        }
+        unacked
+    }
+
+    fn push_unacked(&mut self, unacked: Unacked) {
+        if unacked.index <= self.acknowledged {
+            // Known acknowledged before it was applied here (a follower, or a
+            // new leader catching up with what it learned).
+            self.release(unacked);
+        } else {
+            self.unacked.push_back(unacked);
+        }
+    }
+
+    /// The group's acknowledged index moved: answer and publish up to it.
+    pub fn acknowledged(&mut self, acknowledged: LogIndex) {
+        self.acknowledged = self.acknowledged.max(acknowledged);
+        while self
+            .unacked
+            .front()
+            .is_some_and(|u| u.index <= self.acknowledged)
+        {
+            if let Some(u) = self.unacked.pop_front() {
+                self.release(u);
+            }
+        }
+    }
+
+    fn release(&mut self, u: Unacked) {
+        if let Some(at) = u.proposed_at {
+            metrics().record(Stage::Ack, at.elapsed());
+        }
+        self.published.high_watermark.send_if_modified(|hw| {
+            let moved = u.end_offset > *hw;
+            if moved {
+                *hw = u.end_offset;
+            }
+            moved
+        });
+        u.answer();
+    }
+
+    /// Publishes a change of role, term or leader; a replica that stops
+    /// leading fails whatever waits for its proposals (retriable: the
+    /// client finds the new leader).
+    pub fn leadership(&mut self, group: &RaftGroup) -> Option<Leadership> {
+        let now = Leadership {
+            role: group.role(),
+            term: group.term(),
+            leader: group.leader(),
+        };
+        if now == self.leadership {
+            return None;
+        }
+        let was_leader = self.leadership.role == Role::Leader;
+        self.leadership = now;
+        self.published.leadership.send_replace(now);
+        if was_leader && now.role != Role::Leader {
+            self.fail_all(&HelixError::NotLeader);
+        }
+        Some(now)
+    }
+
+    /// Retention as Kafka does it: whole sealed segments beyond
+    /// `retention.bytes` or older than `retention.ms`; never the active one.
+    fn retention(&mut self, now_ms: i64) {
+        self.snapshot();
+        let Ok(log) = live(&mut self.log) else { return };
+        if let Err(e) = log.apply_retention(now_ms) {
+            tracing::warn!(error = %e, "retention failed");
+        }
+    }
+
+    /// Applies changed topic settings that the WAL takes only at open:
+    /// closes the log and opens it again with `config`.
+    fn reconfigure(&mut self, config: LogConfig) -> Result<()> {
+        let Some(old) = self.log.take() else {
+            return Err(HelixError::CorruptState("partition log is closed".into()));
+        };
+        let dir = old.dir().to_path_buf();
+        old.close()?;
+        let (log, recovery) = PartitionLog::open(&dir, config)?;
+        if recovery.truncated_tail.is_some() {
+            return Err(HelixError::CorruptState(
+                "a cleanly closed log reopened with a torn tail".into(),
+            ));
+        }
+        if let Ok(mut r) = self.published.reader.write() {
+            *r = log.reader();
+        }
+        self.log = Some(log);
+        Ok(())
+    }
+
+    /// Saves the derived state as of the log's end, so the next open scans
+    /// only what follows, with the acknowledged offset known now.
+    fn snapshot(&mut self) {
+        let Some(log) = self.log.as_ref() else { return };
+        let snapshot = Snapshot {
+            covers: log.next_offset(),
+            producers: std::mem::take(&mut self.producers),
+            max_timestamp: self
+                .published
+                .max_timestamp
+                .lock()
+                .map(|m| *m)
+                .unwrap_or(None),
+            acknowledged_offset: *self.published.high_watermark.borrow(),
+        };
+        if let Err(e) = snapshot.save(&self.dir) {
+            tracing::warn!(error = %e, "saving the state snapshot failed");
+        }
+        self.producers = snapshot.producers;
+    }
+
+    /// Stops: fails what waits, saves the snapshot, closes the log.
+    pub fn close(&mut self) {
+        self.fail_all(&HelixError::ShuttingDown);
+        self.snapshot();
+        if let Some(log) = self.log.take()
+            && let Err(e) = log.close()
+        {
+            tracing::warn!(error = %e, "closing the log failed");
+        }
+    }
+
+    /// Everyone still waiting gets `err`.
+    pub fn fail_all(&mut self, err: &HelixError) {
+        for (_, _, waiter, _) in self.waiting.drain(..) {
+            fail_waiter(waiter, err);
+        }
+        for u in self.unacked.iter_mut() {
+            u.fail(err);
+        }
+    }
+
+    /// Streams WAL entries from `from` for a follower's catch-up.
+    pub fn entries_from(&self, from: LogIndex) -> Option<helix_wal::EntryStream> {
+        self.log.as_ref().map(|l| l.entries_from(from.0))
+    }
+}
+
+/// What applying a normal entry produced.
+#[derive(Debug)]
+enum Applying {
+    Produce(Vec<Applied>),
+    DeleteRecords(Result<i64>),
+}
+
+/// The open log; an error only if a reopen failed earlier.
+fn live(log: &mut Option<PartitionLog>) -> Result<&mut PartitionLog> {
+    log.as_mut()
+        .ok_or_else(|| HelixError::CorruptState("partition log is closed".into()))
+}

@@ -1,0 +1,245 @@
+//! The replica host: every partition replica this node holds (topic
+//! partitions, coordinator partitions, the controller's group 0), leader or
+//! follower, driven as MultiRaft.
+//!
+//! Groups are sharded over a fixed set of shard threads (one per core by
+//! default), each owning a `helix_raft::MultiRaft` and the groups' apply
+//! state: no lock is shared on the write path and a group's inputs are
+//! handled in order by one thread. One timer ticks every shard. A shard
+//! sends its outgoing messages through the [`Outbox`] (the peer transport),
+//! one batch per destination node per round, so heartbeats between two
+//! nodes are coalesced. Fsyncs (fsync durability) run on one syncer thread
+//! shared by the shards (a group commit across every log of the node).
+//!
+//! Contract:
+//! - [`ReplicaHost::install`] takes a replica recovered by
+//!   `partition::recover` (blocking I/O, done by the caller on any thread)
+//!   and starts serving it; the returned `Arc<Partition>` is the handle the
+//!   Kafka front end uses. Closing goes through the handle
+//!   (`Partition::begin_close`), in order with its other work.
+//! - [`ReplicaHost::deliver`] takes message batches from peers (decoded).
+//! - [`ReplicaHost::campaign`] / [`ReplicaHost::transfer_leader`] steer
+//!   leadership (a new partition's preferred leader, balancing, shutdown).
+
+mod catch_up;
+mod shard;
+mod syncer;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use helix_raft::{GroupId, MessageBatch, NodeId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::batcher::{Batcher, PartitionCommand, Work};
+use crate::error::{HelixError, Result};
+use crate::partition::{Partition, Recovered};
+use shard::{Shard, ShardInput};
+use syncer::Syncer;
+
+/// The three kinds of peer traffic, each on its own connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// Votes, heartbeats, commit and acknowledgement notices, responses.
+    Control,
+    /// AppendEntries that carry entries.
+    Data,
+    /// WAL entries streamed to a follower behind the leader's memory.
+    CatchUp,
+}
+
+/// Where shards send what they say to other nodes. Never blocks; a payload
+/// that cannot be queued is dropped (Raft retries).
+pub trait Outbox: Send + Sync + 'static {
+    fn send(&self, to: NodeId, lane: Lane, payload: Bytes) -> bool;
+}
+
+/// A node without peers (a single node): nothing to send.
+pub struct NoPeers;
+
+impl Outbox for NoPeers {
+    fn send(&self, _to: NodeId, _lane: Lane, _payload: Bytes) -> bool {
+        false
+    }
+}
+
+/// Inputs waiting for one shard before senders wait (work) or inputs are
+/// dropped (ticks, peer messages: Raft recovers from either).
+const SHARD_QUEUE: usize = 8192;
+
+/// How the host runs.
+#[derive(Debug, Clone)]
+pub struct HostSettings {
+    pub node: NodeId,
+    /// Shard threads (default: one per core).
+    pub shards: usize,
+    /// Length of a Raft tick.
+    pub tick: Duration,
+    /// The group committer every log of the node shares (fsync durability).
+    pub sync_group: helix_wal::SyncGroup,
+}
+
+/// The node's replicas.
+pub struct ReplicaHost {
+    node: NodeId,
+    shards: Vec<mpsc::Sender<ShardInput>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    syncer: Syncer,
+}
+
+impl std::fmt::Debug for ReplicaHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicaHost")
+            .field("node", &self.node)
+            .field("shards", &self.shards.len())
+            .finish()
+    }
+}
+
+impl ReplicaHost {
+    /// Starts the shard threads and the tick timer (needs a tokio runtime).
+    pub fn start(settings: HostSettings, outbox: Arc<dyn Outbox>) -> Result<Arc<ReplicaHost>> {
+        let count = settings.shards.max(1);
+        let syncer = Syncer::start(settings.sync_group.clone())?;
+        let mut senders = Vec::with_capacity(count);
+        let mut threads = Vec::with_capacity(count);
+        for i in 0..count {
+            let (tx, rx) = mpsc::channel(SHARD_QUEUE);
+            let shard = Shard::new(i, settings.node, outbox.clone(), syncer.clone(), tx.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("helix-shard-{i}"))
+                .spawn(move || shard.run(rx))
+                .map_err(|e| HelixError::Config(format!("cannot start a shard thread: {e}")))?;
+            senders.push(tx);
+            threads.push(thread);
+        }
+        let host = Arc::new(ReplicaHost {
+            node: settings.node,
+            shards: senders,
+            threads: Mutex::new(threads),
+            syncer,
+        });
+        tokio::spawn(tick(Arc::downgrade(&host), settings.tick));
+        Ok(host)
+    }
+
+    fn shard_of(&self, group: GroupId) -> &mpsc::Sender<ShardInput> {
+        &self.shards[shard_index(group, self.shards.len())]
+    }
+
+    /// Starts serving a recovered replica; returns its handle.
+    pub async fn install(&self, recovered: Recovered) -> Result<Arc<Partition>> {
+        let Recovered {
+            group,
+            state,
+            batcher,
+            partition,
+        } = recovered;
+        let id = partition.group;
+        let shard = self.shard_of(id).clone();
+        let (reply, installed) = oneshot::channel();
+        shard
+            .send(ShardInput::Install {
+                group: Box::new(group),
+                state: Box::new(state),
+                reply,
+            })
+            .await
+            .map_err(|_| HelixError::ShuttingDown)?;
+        installed.await.map_err(|_| HelixError::ShuttingDown)??;
+        tokio::spawn(forward(batcher, id, shard));
+        Ok(partition)
+    }
+
+    #[allow(dead_code)] // wired in with the peer transport (issue 17)
+    /// Message batches from a peer: split by shard and queued. Dropped when a
+    /// shard's queue is full (Raft resends).
+    pub fn deliver(&self, batch: MessageBatch) {
+        if batch.to != self.node {
+            tracing::warn!(
+                to = batch.to.0,
+                "a peer sent messages meant for another node"
+            );
+            return;
+        }
+        let mut per_shard: Vec<Vec<helix_raft::Message>> = vec![Vec::new(); self.shards.len()];
+        for m in batch.messages {
+            per_shard[shard_index(m.group, self.shards.len())].push(m);
+        }
+        for (shard, messages) in self.shards.iter().zip(per_shard) {
+            if messages.is_empty() {
+                continue;
+            }
+            let part = MessageBatch {
+                from: batch.from,
+                to: batch.to,
+                messages,
+            };
+            if shard.try_send(ShardInput::Peer(part)).is_err() {
+                crate::metrics::Metrics::count(&crate::metrics::metrics().counters.peer_drops, 1);
+            }
+        }
+    }
+
+    #[allow(dead_code)] // wired in with the peer transport (issue 17)
+    /// Starts an election for `group` now (a new partition's preferred leader).
+    pub fn campaign(&self, group: GroupId) {
+        let _ = self.shard_of(group).try_send(ShardInput::Campaign(group));
+    }
+
+    #[allow(dead_code)] // wired in with the peer transport (issue 17)
+    /// Asks the leader of `group` (if this node) to hand leadership to `to`.
+    pub fn transfer_leader(&self, group: GroupId, to: NodeId) {
+        let _ = self
+            .shard_of(group)
+            .try_send(ShardInput::TransferLeader(group, to));
+    }
+
+    /// Stops the shard threads (every partition closed first by the caller).
+    pub fn stop(&self) {
+        for s in &self.shards {
+            let _ = s.try_send(ShardInput::Stop);
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+        self.syncer.stop();
+    }
+}
+
+/// The shard of a group. Group ids of topic partitions are random in their
+/// high bits and sequential in the low ones: mixed before the remainder.
+fn shard_index(group: GroupId, shards: usize) -> usize {
+    let mixed = group.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    (mixed % shards as u64) as usize
+}
+
+/// Moves a partition's batches (and its control commands, in order) from its
+/// batcher to its shard, until the partition closes.
+async fn forward(mut batcher: Batcher, group: GroupId, shard: mpsc::Sender<ShardInput>) {
+    while let Some(work) = batcher.next().await {
+        let closing = matches!(work, Work::Control(PartitionCommand::Close { .. }));
+        if shard.send(ShardInput::Work(group, work)).await.is_err() || closing {
+            return;
+        }
+    }
+}
+
+/// One timer for every shard. A tick that finds a shard's queue full is
+/// skipped: the shard is busy, and time running slow under overload only
+/// delays elections.
+async fn tick(host: std::sync::Weak<ReplicaHost>, every: Duration) {
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(host) = host.upgrade() else { return };
+        for s in &host.shards {
+            if s.try_send(ShardInput::Tick).is_err() && s.is_closed() {
+                return;
+            }
+        }
+    }
+}

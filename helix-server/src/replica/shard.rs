@@ -1,0 +1,322 @@
+//! One shard: a thread that owns a `MultiRaft` and the apply state of its
+//! groups, and does what their `Ready`s ask, in the order docs/raft.md
+//! gives: persist votes, truncate, append to the WAL, report durability,
+//! send, serve catch-up, answer up to the acknowledged index.
+//!
+//! A round takes every queued input (up to a bound), then drives the groups
+//! until none has anything left to do, so a burst of inputs costs one
+//! round: one message per destination node and lane, one fsync request.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use helix_raft::{GroupId, LogIndex, MessageBatch, MultiRaft, NodeId, RaftGroup, encode_batch};
+use tokio::sync::{mpsc, oneshot};
+
+use super::catch_up::CatchUps;
+use super::syncer::Syncer;
+use super::{Lane, Outbox};
+use crate::batcher::Work;
+use crate::error::{HelixError, Result};
+use crate::partition::state::PartitionState;
+
+/// Inputs handled before the groups are driven (a bound on a round).
+const MAX_INPUTS_PER_ROUND: usize = 1024;
+
+/// Kind byte in front of a Raft message batch on the peer transport.
+pub const PAYLOAD_RAFT: u8 = 1;
+
+/// What a shard is asked to do.
+#[allow(dead_code)] // Peer, Campaign, TransferLeader: wired in with the peer transport (issue 17)
+pub enum ShardInput {
+    Tick,
+    Install {
+        group: Box<RaftGroup>,
+        state: Box<PartitionState>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Work(GroupId, Work),
+    Peer(MessageBatch),
+    Campaign(GroupId),
+    TransferLeader(GroupId, NodeId),
+    /// The syncer finished a round asked for by this shard.
+    Synced,
+    Stop,
+}
+
+pub struct Shard {
+    index: usize,
+    multi: MultiRaft,
+    states: HashMap<GroupId, PartitionState>,
+    outbox: Arc<dyn Outbox>,
+    syncer: Syncer,
+    /// This shard's own queue, for the syncer's answers.
+    me: mpsc::Sender<ShardInput>,
+    catch_ups: CatchUps,
+    /// Groups with appends waiting for an fsync round (fsync durability).
+    awaiting_sync: BTreeSet<GroupId>,
+    sync_in_flight: bool,
+    /// Groups whose role, term or leader may have changed this round.
+    touched: BTreeSet<GroupId>,
+    ticked: bool,
+}
+
+impl Shard {
+    pub fn new(
+        index: usize,
+        node: NodeId,
+        outbox: Arc<dyn Outbox>,
+        syncer: Syncer,
+        me: mpsc::Sender<ShardInput>,
+    ) -> Shard {
+        Shard {
+            index,
+            multi: MultiRaft::new(node),
+            states: HashMap::new(),
+            outbox,
+            syncer,
+            me,
+            catch_ups: CatchUps::default(),
+            awaiting_sync: BTreeSet::new(),
+            sync_in_flight: false,
+            touched: BTreeSet::new(),
+            ticked: false,
+        }
+    }
+
+    /// The shard's loop, until `Stop` or every sender is gone.
+    pub fn run(mut self, mut rx: mpsc::Receiver<ShardInput>) {
+        let _span = tracing::info_span!("shard", index = self.index).entered();
+        while let Some(input) = rx.blocking_recv() {
+            if !self.handle(input) {
+                break;
+            }
+            for _ in 0..MAX_INPUTS_PER_ROUND {
+                match rx.try_recv() {
+                    Ok(input) => {
+                        if !self.handle(input) {
+                            return self.stop();
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.drive();
+        }
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        for (_, mut state) in self.states.drain() {
+            state.close();
+        }
+    }
+
+    /// Takes one input. Returns false on `Stop`.
+    fn handle(&mut self, input: ShardInput) -> bool {
+        match input {
+            ShardInput::Tick => {
+                self.multi.tick();
+                self.ticked = true;
+            }
+            ShardInput::Install {
+                group,
+                state,
+                reply,
+            } => {
+                let id = group.group();
+                let mut state = *state;
+                // Published before the handle is returned: a one-voter
+                // group is leader already, and a produce sent right after
+                // must find it so.
+                state.leadership(&group);
+                let result = self.multi.insert_group(*group).map_err(HelixError::from);
+                if result.is_ok() {
+                    self.states.insert(id, state);
+                    self.touched.insert(id);
+                }
+                let _ = reply.send(result);
+            }
+            ShardInput::Work(id, work) => {
+                let (Some(group), Some(state)) =
+                    (self.multi.group_mut(id), self.states.get_mut(&id))
+                else {
+                    return true; // gone: dropping the work answers its waiters
+                };
+                if !state.work(group, work) {
+                    self.remove(id);
+                }
+                self.touched.insert(id);
+            }
+            ShardInput::Peer(batch) => {
+                self.touched.extend(batch.messages.iter().map(|m| m.group));
+                if let Err(e) = self.multi.step_batch(batch) {
+                    tracing::warn!(error = %e, "undeliverable peer batch");
+                }
+            }
+            ShardInput::Campaign(id) => {
+                if let Some(g) = self.multi.group_mut(id) {
+                    g.campaign();
+                    self.touched.insert(id);
+                }
+            }
+            ShardInput::TransferLeader(id, to) => {
+                if let Some(g) = self.multi.group_mut(id) {
+                    g.transfer_leader(to);
+                    self.touched.insert(id);
+                }
+            }
+            ShardInput::Synced => {
+                self.sync_in_flight = false;
+                let waiting = std::mem::take(&mut self.awaiting_sync);
+                for id in waiting {
+                    self.report_durable(id, None);
+                }
+            }
+            ShardInput::Stop => return false,
+        }
+        true
+    }
+
+    /// Tells a group how far its WAL is durable; `applied` (when known)
+    /// caps the report at what this round appended.
+    fn report_durable(&mut self, id: GroupId, applied: Option<LogIndex>) {
+        let Some(state) = self.states.get(&id) else {
+            return;
+        };
+        let durable = match applied {
+            Some(last) => state.durable_index().min(last),
+            None => state.durable_index(),
+        };
+        if let Err(e) = self.multi.durable_to(id, durable) {
+            tracing::error!(group = id.0, error = %e, "durable report refused");
+        }
+    }
+
+    /// Drives every group until none has work left.
+    fn drive(&mut self) {
+        loop {
+            self.catch_ups.pump(&mut self.multi, &self.states);
+            if !self.multi.has_ready() {
+                break;
+            }
+            self.round();
+        }
+        self.publish_leadership();
+        if !self.awaiting_sync.is_empty() && !self.sync_in_flight {
+            self.sync_in_flight = self.syncer.request(self.me.clone());
+        }
+    }
+
+    fn round(&mut self) {
+        let mut ready = self.multi.ready();
+        let mut failed: Vec<(GroupId, HelixError)> = Vec::new();
+        // 1. Votes first: nothing that depends on them leaves before.
+        for (id, rd) in &ready.groups {
+            if let (Some(hs), Some(state)) = (rd.hard_state, self.states.get(id))
+                && let Err(e) = state.hard_state.store(hs)
+            {
+                failed.push((*id, e));
+            }
+        }
+        // 2-3. Truncate, append, report what is durable.
+        for (id, rd) in &mut ready.groups {
+            self.touched.insert(*id);
+            if failed.iter().any(|(f, _)| f == id) {
+                continue;
+            }
+            let Some(state) = self.states.get_mut(id) else {
+                continue;
+            };
+            let entries = std::mem::take(&mut rd.to_apply);
+            let applied = match rd.truncate_wal_after {
+                Some(after) => state.truncate(after).and_then(|()| state.apply(entries)),
+                None => state.apply(entries),
+            };
+            match applied {
+                Ok(Some(last)) if state.fsync() => {
+                    self.awaiting_sync.insert(*id);
+                    let _ = last;
+                }
+                Ok(Some(last)) => self.report_durable(*id, Some(last)),
+                Ok(None) => {}
+                Err(e) => failed.push((*id, e)),
+            }
+        }
+        // 4. Send (messages of a failed group stay home).
+        let failed_ids: Vec<GroupId> = failed.iter().map(|(id, _)| *id).collect();
+        for batch in ready.batches {
+            let (control, data) = keep(batch, &failed_ids).split_by_channel();
+            self.send(control, Lane::Control);
+            self.send(data, Lane::Data);
+        }
+        for batch in ready.catch_up_batches {
+            self.send(keep(batch, &failed_ids), Lane::CatchUp);
+        }
+        // 5-6. Serve catch-up; answer what is acknowledged.
+        for (id, rd) in ready.groups {
+            if failed_ids.contains(&id) {
+                continue;
+            }
+            for req in rd.catch_up {
+                self.catch_ups.start(id, req, self.states.get(&id));
+            }
+            if let (Some(ack), Some(state)) = (rd.acknowledged, self.states.get_mut(&id)) {
+                state.acknowledged(ack);
+            }
+        }
+        for (id, err) in failed {
+            tracing::error!(group = id.0, error = %err, "replica stopped: its log or vote cannot be written");
+            if let Some(state) = self.states.get_mut(&id) {
+                state.fail_all(&err);
+            }
+            self.remove(id);
+        }
+    }
+
+    fn send(&self, batch: MessageBatch, lane: Lane) {
+        if batch.messages.is_empty() {
+            return;
+        }
+        let to = batch.to;
+        let body = encode_batch(&batch);
+        let mut payload = bytes::BytesMut::with_capacity(1 + body.len());
+        payload.extend_from_slice(&[PAYLOAD_RAFT]);
+        payload.extend_from_slice(&body);
+        if !self.outbox.send(to, lane, payload.freeze()) {
+            crate::metrics::Metrics::count(&crate::metrics::metrics().counters.peer_drops, 1);
+        }
+    }
+
+    /// Publishes role, term and leader of every group that may have changed.
+    fn publish_leadership(&mut self) {
+        let ids: Vec<GroupId> = if std::mem::take(&mut self.ticked) {
+            self.touched.clear();
+            self.states.keys().copied().collect()
+        } else {
+            std::mem::take(&mut self.touched).into_iter().collect()
+        };
+        for id in ids {
+            if let (Some(group), Some(state)) = (self.multi.group(id), self.states.get_mut(&id))
+                && let Some(now) = state.leadership(group)
+            {
+                tracing::debug!(group = id.0, role = ?now.role, term = now.term.0, leader = ?now.leader, "leadership changed");
+            }
+        }
+    }
+
+    fn remove(&mut self, id: GroupId) {
+        self.multi.remove_group(id);
+        self.states.remove(&id);
+        self.awaiting_sync.remove(&id);
+        self.catch_ups.forget(id);
+    }
+}
+
+/// The batch without the messages of `failed` groups.
+fn keep(mut batch: MessageBatch, failed: &[GroupId]) -> MessageBatch {
+    if !failed.is_empty() {
+        batch.messages.retain(|m| !failed.contains(&m.group));
+    }
+    batch
+}
