@@ -1,172 +1,156 @@
-//! The node's shared state: configuration, the controller, the running
-//! topics and their partitions, and the produce backpressure budget. Every
-//! Kafka handler receives an `Arc<Broker>`.
+//! The node: what every Kafka handler receives as `Arc<Broker>`. It puts
+//! together the cluster view ([`ClusterState`]), the controller, the topic
+//! table with this node's replicas, the replica host, the group coordinator
+//! and the produce backpressure budget, and offers the few operations
+//! handlers need on them; the work itself lives in those modules.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use helix_raft::{GroupId, MemoryBudget, NodeId};
 use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup};
 
-use crate::batcher::{Backpressure, BatchLimits};
-use crate::config::{Config, WriteDurability};
-use crate::controller::topic_config::{self, EffectiveConfig};
-use crate::controller::{Command, Controller, PRODUCER_ID_BLOCK, validate_topic_name};
+use crate::batcher::Backpressure;
+use crate::cluster::ClusterState;
+use crate::cluster::peers::{LinkSlot, PeerHandler};
+use crate::config::Config;
+use crate::controller::service::Controller;
+use crate::controller::topic_config;
+use crate::controller::{
+    Command, Outcome, PRODUCER_ID_BLOCK, TopicRecord, applier, placement, validate_topic_name,
+};
 use crate::error::{HelixError, Result};
-use crate::partition::raft::{GroupSpec, RaftSettings};
-use crate::partition::{Partition, PartitionSettings, Recovered};
-use crate::replica::{HostSettings, NoPeers, ReplicaHost};
-
-/// A running topic. Replaced as a whole when it changes.
-#[derive(Debug)]
-pub struct Topic {
-    pub name: String,
-    pub id: uuid::Uuid,
-    pub partitions: Vec<Arc<Partition>>,
-    /// Overrides set on the topic.
-    pub configs: BTreeMap<String, String>,
-    pub effective: EffectiveConfig,
-}
-
-impl Topic {
-    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
-        usize::try_from(index)
-            .ok()
-            .and_then(|i| self.partitions.get(i))
-    }
-}
-
-#[derive(Debug)]
-struct Admin {
-    controller: Controller,
-    /// Next producer id to hand out and the end of the current block.
-    next_producer_id: i64,
-    producer_id_block_end: i64,
-}
-
-/// What every partition log of the node shares.
-#[derive(Debug, Clone)]
-struct LogShared {
-    /// One group commit for every log (fsync mode).
-    sync_group: SyncGroup,
-    /// One cap on mapped sealed segments for every log.
-    file_budget: FileBudget,
-}
-
-/// The broker.
-#[derive(Debug)]
-pub struct Broker {
-    pub config: Config,
-    logs: LogShared,
-    pub backpressure: Backpressure,
-    /// Serialises metadata changes (the controller's single writer).
-    admin: tokio::sync::Mutex<Admin>,
-    topics: RwLock<HashMap<String, Arc<Topic>>>,
-    /// A stable id of this single-node cluster.
-    pub cluster_id: String,
-    /// The consumer-group coordinator and its coordinator partitions.
-    pub groups: Arc<crate::group::service::GroupService>,
-    /// Every replica this node holds.
-    pub host: Arc<ReplicaHost>,
-}
+use crate::partition::raft::RaftSettings;
+use crate::replica::{HostSettings, ReplicaHost};
+use crate::topics::{LogShared, ReplicaFactory, Topic, TopicTable};
 
 /// How often retention is applied to every partition.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
 
+/// How long a new topic's creation waits for its partitions' leaders.
+const LEADERS_WAIT: Duration = Duration::from_secs(5);
+
+/// A topic just created (or validated).
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub id: uuid::Uuid,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The node.
+#[derive(Debug)]
+pub struct Broker {
+    pub config: Config,
+    pub cluster_id: String,
+    pub cluster: Arc<ClusterState>,
+    pub controller: Arc<Controller>,
+    pub topics: Arc<TopicTable>,
+    pub backpressure: Backpressure,
+    /// The consumer-group coordinator and its coordinator partitions.
+    pub groups: Arc<crate::group::service::GroupService>,
+    /// Every replica this node holds.
+    pub host: Arc<ReplicaHost>,
+    /// Where peers' payloads and calls go (the peer transport's inbound side).
+    #[allow(dead_code)] // wired to the peer transport next (issue 17)
+    pub peers: Arc<PeerHandler>,
+    /// The peer transport, once it runs (a single node has none).
+    #[allow(dead_code)] // wired to the peer transport next (issue 17)
+    pub link: Arc<LinkSlot>,
+    /// This node's current block of producer ids: (next, end).
+    producer_ids: tokio::sync::Mutex<(i64, i64)>,
+}
+
 impl Broker {
-    /// Opens the data directory: replays the controller and recovers every
-    /// partition.
+    /// Opens the data directory: the controller's replica and view, then
+    /// every replica this node holds, the group coordinator, and the tasks
+    /// that keep them in step with the cluster.
     pub async fn open(config: Config) -> Result<Arc<Broker>> {
-        let controller = Controller::open(&config.data_dir.join("controller"), config.node_id)?;
+        let cluster = Arc::new(ClusterState::new(&config)?);
+        let me = cluster.me;
         let cluster_id = cluster_id(&config)?;
         let logs = LogShared {
             sync_group: SyncGroup::new(),
             file_budget: FileBudget::new(FileBudget::DEFAULT_MAX_MAPPED),
         };
+        let link = Arc::new(LinkSlot::default());
         let host = ReplicaHost::start(
             HostSettings {
-                node: node_id(&config)?,
+                node: me,
                 shards: config.shards,
                 tick: config.raft_tick,
                 sync_group: logs.sync_group.clone(),
+                replica_lag: config.replica_lag_time_max,
             },
-            Arc::new(NoPeers),
+            link.clone(),
         )?;
-        let mut topics = HashMap::new();
-        for (name, record) in &controller.view().topics {
-            let effective = EffectiveConfig::resolve(&record.configs, &config);
-            let partitions = open_partitions(
-                &config,
-                &logs,
-                &host,
-                name,
-                &record.id,
-                0..record.partitions,
-                &effective,
-            )
-            .await?;
-            topics.insert(
-                name.clone(),
-                Arc::new(Topic {
-                    name: name.clone(),
-                    id: record.id,
-                    partitions,
-                    configs: record.configs.clone(),
-                    effective,
-                }),
-            );
-        }
-        tracing::info!(topics = topics.len(), "recovered the data directory");
-        let end = controller.view().producer_ids_end;
-        let admin = Admin {
-            controller,
-            next_producer_id: end,
-            producer_id_block_end: end,
+        let factory = ReplicaFactory {
+            config: config.clone(),
+            node: me,
+            logs,
+            raft: raft_settings(&config),
+            host: host.clone(),
         };
         let backpressure = Backpressure::new(config.max_pending_requests, config.max_pending_bytes);
-        let groups = crate::group::service::GroupService::open(
-            &config,
-            &backpressure,
-            &host,
-            logs.sync_group.clone(),
-            logs.file_budget.clone(),
-        )
-        .await?;
+        let controller = Arc::new(open_controller(&factory, &cluster, &backpressure, &link).await?);
+        let topics = Arc::new(TopicTable::new(factory.clone()));
+        let records: Vec<(String, TopicRecord)> = controller
+            .view()
+            .view
+            .topics
+            .iter()
+            .map(|(n, r)| (n.clone(), r.clone()))
+            .collect();
+        for (name, record) in &records {
+            topics.reconcile(name, Some(record)).await?;
+        }
+        tracing::info!(topics = records.len(), "recovered the data directory");
+        let groups =
+            crate::group::service::GroupService::open(&factory, &cluster, &backpressure).await?;
+        topics.insert(groups.internal_topic());
+        let peers = Arc::new(PeerHandler::new(host.clone(), cluster.clone()));
+        peers.set_controller(controller.clone());
+        cluster.set_liveness(link.clone());
+        tokio::spawn(applier::run(controller.clone(), topics.clone()));
+        tokio::spawn(crate::cluster::gossip::run(
+            cluster.clone(),
+            Arc::downgrade(&host),
+            link.clone(),
+            config.raft_tick,
+        ));
         Ok(Arc::new(Broker {
+            producer_ids: tokio::sync::Mutex::new((0, 0)),
             backpressure,
             groups,
             host,
+            peers,
+            link,
             config,
-            logs,
-            admin: tokio::sync::Mutex::new(admin),
-            topics: RwLock::new(topics),
+            cluster,
+            controller,
+            topics,
             cluster_id,
         }))
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
-        self.topics.read().ok()?.get(name).cloned()
+        self.topics.get(name)
     }
 
     pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<Arc<Topic>> {
-        self.topics
-            .read()
-            .ok()?
-            .values()
-            .find(|t| t.id == id)
-            .cloned()
+        self.topics.by_id(id)
     }
 
     /// Every topic, sorted by name.
     pub fn all_topics(&self) -> Vec<Arc<Topic>> {
-        let mut v: Vec<Arc<Topic>> = self
-            .topics
-            .read()
-            .map(|t| t.values().cloned().collect())
-            .unwrap_or_default();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+        self.topics.all()
+    }
+
+    /// The node leading the controller, if known.
+    pub fn controller_id(&self) -> Option<NodeId> {
+        self.cluster.controller(self.controller.partition())
     }
 
     /// The topic, created with the defaults if auto-creation is on.
@@ -179,135 +163,170 @@ impl Broker {
         }
         validate_topic_name(name)?;
         match self
-            .create_topic(name, self.config.default_partitions, BTreeMap::new(), false)
+            .create_topic(name, -1, -1, None, BTreeMap::new(), false)
             .await
         {
-            Ok(t) => Ok(t),
-            Err(HelixError::TopicAlreadyExists(_)) => {
+            Ok(_) | Err(HelixError::TopicAlreadyExists(_)) => {
+                self.topic(name).ok_or(HelixError::UnknownTopicOrPartition)
+            }
+            Err(HelixError::Remote(code, _)) if code == TOPIC_ALREADY_EXISTS => {
                 self.topic(name).ok_or(HelixError::UnknownTopicOrPartition)
             }
             Err(e) => Err(e),
         }
     }
 
-    /// CreateTopics: `partitions` -1 means the default count.
+    /// The replication factor of topics created without one.
+    pub fn default_replication_factor(&self) -> i16 {
+        let nodes = self.cluster.members.len() as i16;
+        self.config
+            .default_replication_factor
+            .unwrap_or(nodes.min(3))
+    }
+
+    /// CreateTopics: `partitions` and `replication_factor` -1 mean the
+    /// defaults; `assignments` (partition → nodes) replace both.
     pub async fn create_topic(
         &self,
         name: &str,
         partitions: i32,
+        replication_factor: i16,
+        assignments: Option<Vec<Vec<u64>>>,
         configs: BTreeMap<String, String>,
         validate_only: bool,
-    ) -> Result<Arc<Topic>> {
-        let partitions = if partitions == -1 {
-            self.config.default_partitions
-        } else {
-            partitions
-        };
+    ) -> Result<NewTopic> {
+        validate_topic_name(name)?;
         let configs = topic_config::validate_all(&configs)?;
+        let members = self.cluster.member_ids();
+        let replicas = match assignments {
+            Some(sets) => {
+                if partitions != -1 || replication_factor != -1 {
+                    return Err(HelixError::InvalidRequest(
+                        "give either replica assignments or partitions and replication factor"
+                            .into(),
+                    ));
+                }
+                sets
+            }
+            None => {
+                let partitions = if partitions == -1 {
+                    self.config.default_partitions
+                } else {
+                    partitions
+                };
+                if !(1..=crate::controller::MAX_PARTITIONS).contains(&partitions) {
+                    return Err(HelixError::InvalidPartitions(format!(
+                        "{partitions} partitions: must be 1..={}",
+                        crate::controller::MAX_PARTITIONS
+                    )));
+                }
+                let rf = if replication_factor == -1 {
+                    self.default_replication_factor()
+                } else {
+                    replication_factor
+                };
+                let view = &self.controller.view().view;
+                placement::assign(
+                    &members,
+                    usize::try_from(rf).unwrap_or(0),
+                    partitions as usize,
+                    view,
+                )?
+            }
+        };
         let id = random_uuid();
         let command = Command::CreateTopic {
             name: name.to_string(),
             id: id.to_string(),
-            partitions,
+            partitions: replicas.len() as i32,
             configs: configs.clone(),
+            replicas: replicas.clone(),
         };
-        let mut admin = self.admin.lock().await;
-        admin.controller.view().validate(&command)?;
-        let effective = EffectiveConfig::resolve(&configs, &self.config);
-        if validate_only {
-            return Ok(Arc::new(Topic {
-                name: name.into(),
-                id,
-                partitions: Vec::new(),
-                configs,
-                effective,
-            }));
-        }
-        admin.controller.submit(command)?;
-        let opened = open_partitions(
-            &self.config,
-            &self.logs,
-            &self.host,
-            name,
-            &id,
-            0..partitions,
-            &effective,
-        )
-        .await?;
-        let topic = Arc::new(Topic {
-            name: name.into(),
+        self.controller.view().view.validate(&command, &members)?;
+        let created = NewTopic {
             id,
-            partitions: opened,
+            partitions: replicas.len() as i32,
+            replication_factor: replicas.first().map_or(0, |r| r.len() as i16),
             configs,
-            effective,
-        });
-        self.install(topic.clone());
-        tracing::info!(topic = name, partitions, "created topic");
-        Ok(topic)
+        };
+        if validate_only {
+            return Ok(created);
+        }
+        self.controller.submit(command).await?;
+        self.wait_for_leaders(name).await;
+        Ok(created)
+    }
+
+    /// Waits (bounded) until every partition of a new topic has a known
+    /// leader, so clients that produce right away find one.
+    async fn wait_for_leaders(&self, name: &str) {
+        let deadline = tokio::time::Instant::now() + LEADERS_WAIT;
+        while tokio::time::Instant::now() < deadline {
+            let Some(t) = self.topic(name) else { return };
+            let all = t.partitions.iter().all(|p| {
+                self.cluster
+                    .leadership(p.group, p.local.as_deref())
+                    .is_some()
+            });
+            if all {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tracing::info!(topic = name, "created; some partitions have no leader yet");
     }
 
     pub async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid> {
-        let mut admin = self.admin.lock().await;
         let topic = self
             .topic(name)
             .ok_or(HelixError::UnknownTopicOrPartition)?;
-        let id = topic.id;
-        admin
-            .controller
-            .submit(Command::DeleteTopic { name: name.into() })?;
-        if let Ok(mut topics) = self.topics.write() {
-            topics.remove(name);
+        if topic.internal {
+            return Err(HelixError::InvalidRequest(format!(
+                "{name} is an internal topic"
+            )));
         }
-        // Stop the partitions before their files go.
-        crate::partition::close_all(&topic.partitions).await;
-        let dir = topic_dir(&self.config, &id);
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's data");
-        }
-        tracing::info!(topic = name, "deleted topic");
-        Ok(id)
+        self.controller
+            .submit(Command::DeleteTopic { name: name.into() })
+            .await?;
+        Ok(topic.id)
     }
 
     pub async fn create_partitions(
         &self,
         name: &str,
         count: i32,
+        assignments: Option<Vec<Vec<u64>>>,
         validate_only: bool,
     ) -> Result<()> {
-        let mut admin = self.admin.lock().await;
-        let old = self
+        let topic = self
             .topic(name)
             .ok_or(HelixError::UnknownTopicOrPartition)?;
+        if topic.internal {
+            return Err(HelixError::InvalidRequest(format!(
+                "{name} is an internal topic"
+            )));
+        }
+        let members = self.cluster.member_ids();
+        let old = topic.partitions.len() as i32;
+        let rf = topic.partitions.first().map_or(1, |p| p.replicas.len());
+        let replicas = match assignments {
+            Some(sets) => sets,
+            None => {
+                let view = &self.controller.view().view;
+                placement::assign(&members, rf, (count - old).max(0) as usize, view)?
+            }
+        };
         let command = Command::CreatePartitions {
             name: name.into(),
             count,
+            replicas,
         };
-        admin.controller.view().validate(&command)?;
+        self.controller.view().view.validate(&command, &members)?;
         if validate_only {
             return Ok(());
         }
-        admin.controller.submit(command)?;
-        let mut partitions = old.partitions.clone();
-        let first_new = old.partitions.len() as i32;
-        partitions.extend(
-            open_partitions(
-                &self.config,
-                &self.logs,
-                &self.host,
-                name,
-                &old.id,
-                first_new..count,
-                &old.effective,
-            )
-            .await?,
-        );
-        self.install(Arc::new(Topic {
-            name: old.name.clone(),
-            id: old.id,
-            partitions,
-            configs: old.configs.clone(),
-            effective: old.effective,
-        }));
+        self.controller.submit(command).await?;
+        self.wait_for_leaders(name).await;
         Ok(())
     }
 
@@ -320,222 +339,130 @@ impl Broker {
         validate_only: bool,
     ) -> Result<()> {
         let configs = topic_config::validate_all(&configs)?;
-        let mut admin = self.admin.lock().await;
-        let old = self
+        let topic = self
             .topic(name)
             .ok_or(HelixError::UnknownTopicOrPartition)?;
+        if topic.internal {
+            return Err(HelixError::InvalidConfig(format!(
+                "{name} is an internal topic"
+            )));
+        }
         if validate_only {
             return Ok(());
         }
-        admin.controller.submit(Command::SetTopicConfigs {
-            name: name.into(),
-            configs: configs.clone(),
-        })?;
-        let effective = EffectiveConfig::resolve(&configs, &self.config);
-        // helix-wal takes retention and segment size at open: partitions
-        // reopen their logs when those change.
-        let log_settings_changed = effective.retention_ms != old.effective.retention_ms
-            || effective.retention_bytes != old.effective.retention_bytes
-            || effective.segment_bytes != old.effective.segment_bytes;
-        self.install(Arc::new(Topic {
-            name: old.name.clone(),
-            id: old.id,
-            partitions: old.partitions.clone(),
-            configs,
-            effective,
-        }));
-        if log_settings_changed {
-            let log = log_config(&self.config, &self.logs, &effective);
-            for p in &old.partitions {
-                p.reconfigure(log.clone()).await;
-            }
-            // Apply the new retention now rather than at the next sweep.
-            let now_ms = now_ms();
-            for p in &old.partitions {
-                p.retention(now_ms);
-            }
-        }
+        self.controller
+            .submit(Command::SetTopicConfigs {
+                name: name.into(),
+                configs,
+            })
+            .await?;
         Ok(())
     }
 
-    /// InitProducerId without a transactional id: a fresh id, epoch 0.
+    /// InitProducerId without a transactional id: a fresh id, epoch 0, from
+    /// this node's block (a new block comes from the controller).
     pub async fn next_producer_id(&self) -> Result<i64> {
-        let mut admin = self.admin.lock().await;
-        if admin.next_producer_id >= admin.producer_id_block_end {
-            let end = admin.producer_id_block_end + PRODUCER_ID_BLOCK;
-            admin
+        let mut ids = self.producer_ids.lock().await;
+        if ids.0 >= ids.1 {
+            match self
                 .controller
-                .submit(Command::AllocateProducerIds { end })?;
-            admin.producer_id_block_end = end;
+                .submit(Command::AllocateProducerIdBlock)
+                .await?
+            {
+                Outcome::ProducerIdBlock { start } => *ids = (start, start + PRODUCER_ID_BLOCK),
+                Outcome::Done => {
+                    return Err(HelixError::CorruptState(
+                        "producer id block without a start".into(),
+                    ));
+                }
+            }
         }
-        let id = admin.next_producer_id;
-        admin.next_producer_id += 1;
+        let id = ids.0;
+        ids.0 += 1;
         Ok(id)
     }
 
-    /// Applies every topic's retention settings to its partitions.
+    /// Applies every topic's retention settings to its local replicas.
     pub fn apply_retention(&self) {
-        let now_ms = now_ms();
-        for t in self.all_topics() {
-            for p in &t.partitions {
-                p.retention(now_ms);
-            }
-        }
+        self.topics.apply_retention();
     }
 
-    /// Shutdown: every partition flushes and closes its log.
+    /// Shutdown: every replica flushes and closes its log.
     pub async fn close_all(&self) {
-        let all: Vec<Arc<Partition>> = self
-            .all_topics()
-            .iter()
-            .flat_map(|t| t.partitions.clone())
-            .collect();
-        crate::partition::close_all(&all).await;
+        self.topics.close_all().await;
         self.groups.close().await;
+        crate::partition::close_all(std::slice::from_ref(self.controller.partition())).await;
         let host = self.host.clone();
         let _ = tokio::task::spawn_blocking(move || host.stop()).await;
     }
-
-    fn install(&self, topic: Arc<Topic>) {
-        if let Ok(mut topics) = self.topics.write() {
-            topics.insert(topic.name.clone(), topic);
-        }
-    }
 }
 
-fn topic_dir(config: &Config, id: &uuid::Uuid) -> PathBuf {
-    config.data_dir.join("topics").join(id.simple().to_string())
-}
+const TOPIC_ALREADY_EXISTS: i16 = 36;
 
-/// Threads recovering partitions at once: their time is mostly fsync
-/// latency, which overlaps.
-const RECOVERY_THREADS: usize = 8;
-
-/// Opens partitions `indexes` of a topic: recovered on up to
-/// [`RECOVERY_THREADS`] plain threads, then handed to the replica host in
-/// index order.
-async fn open_partitions(
-    config: &Config,
-    logs: &LogShared,
-    host: &ReplicaHost,
-    name: &str,
-    id: &uuid::Uuid,
-    indexes: std::ops::Range<i32>,
-    effective: &EffectiveConfig,
-) -> Result<Vec<Arc<Partition>>> {
-    let all: Vec<i32> = indexes.collect();
-    let per_thread = all.len().div_ceil(RECOVERY_THREADS).max(1);
-    let recovered: Vec<Result<Vec<Recovered>>> = tokio::task::block_in_place(|| {
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = all
-                .chunks(per_thread)
-                .map(|chunk| {
-                    scope.spawn(move || {
-                        chunk
-                            .iter()
-                            .map(|p| recover_partition(config, logs, name, id, *p, effective))
-                            .collect()
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| {
-                    w.join().unwrap_or_else(|_| {
-                        Err(HelixError::CorruptState(
-                            "partition recovery thread panicked".into(),
-                        ))
-                    })
-                })
-                .collect()
-        })
-    });
-    let mut started = Vec::with_capacity(all.len());
-    for chunk in recovered {
-        for r in chunk? {
-            started.push(host.install(r).await?);
-        }
-    }
-    Ok(started)
-}
-
-fn recover_partition(
-    config: &Config,
-    logs: &LogShared,
-    name: &str,
-    id: &uuid::Uuid,
-    index: i32,
-    effective: &EffectiveConfig,
-) -> Result<Recovered> {
-    let dir = topic_dir(config, id).join(index.to_string());
-    let log = log_config(config, logs, effective);
-    let node = node_id(config)?;
-    let settings = PartitionSettings {
-        spec: GroupSpec {
-            node,
-            // Unique per (topic, partition), the same on every node.
-            group: helix_raft::GroupId((id.as_u64_pair().0 & !0xffff) | (index as u64 & 0xffff)),
-            voters: vec![node],
-            raft: raft_settings(config),
-        },
-        batch: BatchLimits {
-            linger: config.batch_linger,
-            max_bytes: config.batch_max_bytes,
-            max_requests: config.batch_max_requests,
-        },
-        log,
+/// Opens the controller: group 0 (every member a voter) over its own WAL
+/// in `<data-dir>/controller` (always fsync: metadata must outlive a power
+/// loss), and its view rebuilt from it.
+async fn open_controller(
+    factory: &ReplicaFactory,
+    cluster: &ClusterState,
+    backpressure: &Backpressure,
+    link: &Arc<LinkSlot>,
+) -> Result<Controller> {
+    let dir = factory.config.data_dir.join("controller");
+    let log = LogConfig {
+        durability: Durability::Fsync,
+        segment_bytes: 64 << 20,
+        sync_group: Some(factory.logs.sync_group.clone()),
+        file_budget: Some(factory.logs.file_budget.clone()),
+        ..LogConfig::default()
     };
-    crate::partition::recover(&dir, name, index, settings)
+    let members = cluster.member_ids();
+    let settings = factory.settings(GroupId(0), members.clone(), log);
+    let recovered =
+        tokio::task::block_in_place(|| crate::partition::recover(&dir, "controller", 0, settings))?;
+    let partition = factory.host.install(recovered).await?;
+    tokio::task::block_in_place(|| {
+        applier::open(
+            partition,
+            cluster.me,
+            members,
+            &dir,
+            backpressure.clone(),
+            link.clone(),
+        )
+    })
 }
 
 /// This node's Raft id.
-pub fn node_id(config: &Config) -> Result<helix_raft::NodeId> {
+pub fn node_id(config: &Config) -> Result<NodeId> {
     u64::try_from(config.node_id)
         .ok()
         .filter(|n| *n > 0)
-        .map(helix_raft::NodeId)
+        .map(NodeId)
         .ok_or_else(|| HelixError::Config("node_id must be positive".into()))
 }
 
-/// The Raft settings of every group of this node.
-pub fn raft_settings(config: &Config) -> RaftSettings {
+/// The Raft settings of every group of this node (one memory budget
+/// shared by all of them).
+fn raft_settings(config: &Config) -> RaftSettings {
     RaftSettings {
         election_ticks: config.raft_election_ticks,
         heartbeat_ticks: config.raft_heartbeat_ticks,
         max_inflight_appends: config.raft_max_inflight_appends,
+        node_budget: Some(MemoryBudget::new(config.raft_memory_budget_bytes)),
         ..RaftSettings::default()
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-/// A partition log's settings from the node's and the topic's.
-fn log_config(config: &Config, logs: &LogShared, effective: &EffectiveConfig) -> LogConfig {
-    LogConfig {
-        // Kafka's own floor for segment.bytes is 14; helix-wal takes any
-        // positive size up to its maximum.
-        segment_bytes: u64::try_from(effective.segment_bytes)
-            .unwrap_or(1 << 30)
-            .clamp(14, helix_wal::MAX_SEGMENT_BYTES),
-        retention_bytes: u64::try_from(effective.retention_bytes).ok(),
-        retention_ms: u64::try_from(effective.retention_ms).ok(),
-        durability: match config.write_durability {
-            WriteDurability::ReplicationOnly => Durability::ReplicationOnly,
-            WriteDurability::Fsync => Durability::Fsync,
-        },
-        sync_group: Some(logs.sync_group.clone()),
-        file_budget: Some(logs.file_budget.clone()),
-        ..LogConfig::default()
-    }
-}
-
-/// The cluster id, created once and kept in the data directory.
+/// The cluster id: configured, or derived from the member list alike on
+/// every node; a single node creates one and keeps it in its data directory.
 fn cluster_id(config: &Config) -> Result<String> {
+    if let Some(id) = &config.cluster_id {
+        return Ok(id.clone());
+    }
+    if let Some(c) = &config.cluster {
+        return Ok(c.derived_id());
+    }
     let path = config.data_dir.join("cluster-id");
     match std::fs::read_to_string(&path) {
         Ok(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),

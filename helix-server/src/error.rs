@@ -30,6 +30,13 @@ pub enum HelixError {
     InvalidPartitions(String),
     #[error("invalid replication factor: {0}")]
     InvalidReplicationFactor(String),
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
+    #[error("this node is not the controller")]
+    NotController,
+    /// An error another node answered with, as its Kafka code and message.
+    #[error("{1}")]
+    Remote(i16, String),
     #[error("invalid config: {0}")]
     InvalidConfig(String),
     #[error("record batch is corrupt: {0}")]
@@ -105,6 +112,9 @@ impl HelixError {
             HelixError::InvalidTopic(_) => ResponseError::InvalidTopicException,
             HelixError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
             HelixError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+            HelixError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
+            HelixError::NotController => ResponseError::NotController,
+            HelixError::Remote(code, _) => return *code,
             HelixError::InvalidConfig(_) => ResponseError::InvalidConfig,
             HelixError::CorruptBatch(_) => ResponseError::CorruptMessage,
             HelixError::MessageTooLarge(..) => ResponseError::MessageTooLarge,

@@ -3,6 +3,7 @@
 
 mod batcher;
 mod broker;
+mod cluster;
 mod config;
 mod controller;
 mod error;
@@ -12,6 +13,7 @@ mod metrics;
 mod partition;
 mod replica;
 mod server;
+mod topics;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;

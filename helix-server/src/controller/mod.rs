@@ -1,18 +1,21 @@
-//! The controller: topics, their partition counts, topic configs and
-//! producer-id blocks, as commands applied to an in-memory view.
+//! The controller: topics, their partitions and replica sets, topic configs
+//! and producer-id blocks, as commands applied to an in-memory view.
 //!
-//! It is the state machine of Raft group 0: every change is a [`Command`],
-//! made durable first through group 0 ([`log::CommandLog`]: helix-raft over
-//! helix-wal, one voter for now), then applied by
-//! [`ControllerView::apply`], which is deterministic and never fails for a
-//! command that passed validation. A restart replays the commands.
+//! It is the state machine of Raft group 0, whose voters are every node:
+//! a [`Command`] is proposed (on the group's leader; other nodes forward it,
+//! [`service`]), and every node applies the acknowledged commands in log
+//! order ([`applier`]) with [`ControllerView::apply`], which validates
+//! again (commands proposed concurrently may conflict) and is deterministic,
+//! so every node's view is the same at the same log position.
 
-pub mod log;
+pub mod applier;
+pub mod placement;
+pub mod service;
 pub mod topic_config;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
+use helix_raft::NodeId;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{HelixError, Result};
@@ -33,6 +36,11 @@ pub enum Command {
         id: String,
         partitions: i32,
         configs: BTreeMap<String, String>,
+        /// The replicas of each partition, preferred leader first. Empty in
+        /// logs written before the cluster: then every partition is on the
+        /// node that replays it.
+        #[serde(default)]
+        replicas: Vec<Vec<u64>>,
     },
     DeleteTopic {
         name: String,
@@ -40,15 +48,43 @@ pub enum Command {
     CreatePartitions {
         name: String,
         count: i32,
+        /// The replicas of each new partition (as in `CreateTopic`).
+        #[serde(default)]
+        replicas: Vec<Vec<u64>>,
     },
     /// Replaces the topic's whole set of overrides.
     SetTopicConfigs {
         name: String,
         configs: BTreeMap<String, String>,
     },
-    /// Ids below `end` are taken.
+    /// Ids below `end` are taken (written by single-node brokers).
     AllocateProducerIds {
         end: i64,
+    },
+    /// Takes the next block of producer ids; its start is the outcome.
+    AllocateProducerIdBlock,
+}
+
+impl Command {
+    /// The topic a command changes, if any.
+    pub fn topic(&self) -> Option<&str> {
+        match self {
+            Command::CreateTopic { name, .. }
+            | Command::DeleteTopic { name }
+            | Command::CreatePartitions { name, .. }
+            | Command::SetTopicConfigs { name, .. } => Some(name),
+            Command::AllocateProducerIds { .. } | Command::AllocateProducerIdBlock => None,
+        }
+    }
+}
+
+/// What applying a command produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Done,
+    /// Producer ids `start..start + PRODUCER_ID_BLOCK` belong to the proposer.
+    ProducerIdBlock {
+        start: i64,
     },
 }
 
@@ -56,12 +92,19 @@ pub enum Command {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicRecord {
     pub id: uuid::Uuid,
-    pub partitions: i32,
     pub configs: BTreeMap<String, String>,
+    /// One replica set per partition, preferred leader first.
+    pub replicas: Vec<Vec<NodeId>>,
+}
+
+impl TopicRecord {
+    pub fn partitions(&self) -> i32 {
+        self.replicas.len() as i32
+    }
 }
 
 /// The in-memory view built from the commands.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ControllerView {
     pub topics: BTreeMap<String, TopicRecord>,
     /// First producer id not yet handed out in any block.
@@ -69,13 +112,14 @@ pub struct ControllerView {
 }
 
 impl ControllerView {
-    /// Checks a command against the current view.
-    pub fn validate(&self, c: &Command) -> Result<()> {
+    /// Checks a command against the current view and the cluster's nodes.
+    pub fn validate(&self, c: &Command, nodes: &[NodeId]) -> Result<()> {
         match c {
             Command::CreateTopic {
                 name,
                 id,
                 partitions,
+                replicas,
                 ..
             } => {
                 validate_topic_name(name)?;
@@ -88,22 +132,26 @@ impl ControllerView {
                         "{partitions} partitions: must be 1..={MAX_PARTITIONS}"
                     )));
                 }
-                Ok(())
+                validate_replicas(replicas, *partitions as usize, nodes)
             }
             Command::DeleteTopic { name } | Command::SetTopicConfigs { name, .. } => self
                 .topics
                 .get(name)
                 .map(|_| ())
                 .ok_or(HelixError::UnknownTopicOrPartition),
-            Command::CreatePartitions { name, count } => {
+            Command::CreatePartitions {
+                name,
+                count,
+                replicas,
+            } => {
                 let t = self
                     .topics
                     .get(name)
                     .ok_or(HelixError::UnknownTopicOrPartition)?;
-                if *count <= t.partitions {
+                if *count <= t.partitions() {
                     return Err(HelixError::InvalidPartitions(format!(
                         "topic has {} partitions; the new count {count} must be larger",
-                        t.partitions
+                        t.partitions()
                     )));
                 }
                 if *count > MAX_PARTITIONS {
@@ -111,7 +159,7 @@ impl ControllerView {
                         "at most {MAX_PARTITIONS}"
                     )));
                 }
-                Ok(())
+                validate_replicas(replicas, (*count - t.partitions()) as usize, nodes)
             }
             Command::AllocateProducerIds { end } => {
                 if *end <= self.producer_ids_end {
@@ -121,79 +169,128 @@ impl ControllerView {
                 }
                 Ok(())
             }
+            Command::AllocateProducerIdBlock => Ok(()),
         }
     }
 
-    /// Applies a validated command.
-    pub fn apply(&mut self, c: &Command) {
+    /// Applies a logged command: checked again first (it may conflict with
+    /// one logged before it); a refused command changes nothing. `members`
+    /// are the cluster's nodes; `local` is the replaying node, where a topic
+    /// logged without replica sets (by a single-node broker) lives.
+    pub fn apply(&mut self, c: &Command, members: &[NodeId], local: NodeId) -> Result<Outcome> {
+        let c = self.with_legacy_replicas(c, local);
+        self.validate(&c, members)?;
+        let sets = |replicas: &[Vec<u64>]| -> Vec<Vec<NodeId>> {
+            replicas
+                .iter()
+                .map(|r| r.iter().map(|n| NodeId(*n)).collect())
+                .collect()
+        };
         match c {
             Command::CreateTopic {
                 name,
                 id,
-                partitions,
                 configs,
+                replicas,
+                ..
             } => {
-                let id = uuid::Uuid::parse_str(id).unwrap_or_default();
+                let id = uuid::Uuid::parse_str(&id)
+                    .map_err(|e| HelixError::InvalidRequest(e.to_string()))?;
+                let replicas = sets(&replicas);
                 self.topics.insert(
-                    name.clone(),
+                    name,
                     TopicRecord {
                         id,
-                        partitions: *partitions,
-                        configs: configs.clone(),
+                        configs,
+                        replicas,
                     },
                 );
             }
-            Command::DeleteTopic { name } => {
-                self.topics.remove(name);
-            }
-            Command::CreatePartitions { name, count } => {
-                if let Some(t) = self.topics.get_mut(name) {
-                    t.partitions = *count;
+            Command::CreatePartitions { name, replicas, .. } => {
+                if let Some(t) = self.topics.get_mut(&name) {
+                    t.replicas.extend(sets(&replicas));
                 }
             }
+            Command::DeleteTopic { name } => {
+                self.topics.remove(&name);
+            }
             Command::SetTopicConfigs { name, configs } => {
-                if let Some(t) = self.topics.get_mut(name) {
-                    t.configs = configs.clone();
+                if let Some(t) = self.topics.get_mut(&name) {
+                    t.configs = configs;
                 }
             }
             Command::AllocateProducerIds { end } => {
-                self.producer_ids_end = self.producer_ids_end.max(*end);
+                self.producer_ids_end = self.producer_ids_end.max(end);
+            }
+            Command::AllocateProducerIdBlock => {
+                let start = self.producer_ids_end;
+                self.producer_ids_end = start + PRODUCER_ID_BLOCK;
+                return Ok(Outcome::ProducerIdBlock { start });
+            }
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// `c` with the replica sets a single-node log left out: every
+    /// partition on `local`.
+    fn with_legacy_replicas(&self, c: &Command, local: NodeId) -> Command {
+        let mut c = c.clone();
+        match &mut c {
+            Command::CreateTopic {
+                partitions,
+                replicas,
+                ..
+            } if replicas.is_empty() => {
+                *replicas = vec![vec![local.0]; (*partitions).clamp(0, MAX_PARTITIONS) as usize];
+            }
+            Command::CreatePartitions {
+                name,
+                count,
+                replicas,
+            } if replicas.is_empty() => {
+                let old = self
+                    .topics
+                    .get(name.as_str())
+                    .map_or(0, TopicRecord::partitions);
+                *replicas = vec![vec![local.0]; (*count - old).clamp(0, MAX_PARTITIONS) as usize];
+            }
+            _ => {}
+        }
+        c
+    }
+}
+
+/// One replica set per partition: non-empty, no node twice, every node a
+/// member, all of the same size.
+fn validate_replicas(replicas: &[Vec<u64>], partitions: usize, nodes: &[NodeId]) -> Result<()> {
+    if replicas.len() != partitions {
+        return Err(HelixError::InvalidReplicaAssignment(format!(
+            "{} replica sets for {partitions} partitions",
+            replicas.len()
+        )));
+    }
+    let rf = replicas.first().map_or(0, Vec::len);
+    for (p, set) in replicas.iter().enumerate() {
+        if set.is_empty() || set.len() != rf {
+            return Err(HelixError::InvalidReplicaAssignment(format!(
+                "partition {p}: {} replicas where every partition has {rf}",
+                set.len()
+            )));
+        }
+        for (i, n) in set.iter().enumerate() {
+            if set[..i].contains(n) {
+                return Err(HelixError::InvalidReplicaAssignment(format!(
+                    "partition {p}: node {n} twice"
+                )));
+            }
+            if !nodes.contains(&NodeId(*n)) {
+                return Err(HelixError::InvalidReplicaAssignment(format!(
+                    "partition {p}: node {n} is not a member of the cluster"
+                )));
             }
         }
     }
-}
-
-/// The controller of a single node: the view plus its durable command log.
-#[derive(Debug)]
-pub struct Controller {
-    view: ControllerView,
-    log: log::CommandLog,
-}
-
-impl Controller {
-    /// Opens group 0's log in `dir` and replays it.
-    pub fn open(dir: &Path, node_id: i32) -> Result<Controller> {
-        let (log, commands) = log::CommandLog::open(dir, node_id)?;
-        let mut view = ControllerView::default();
-        for c in &commands {
-            // A command was validated before it was logged; replay trusts
-            // it, so an old log stays readable as validation evolves.
-            view.apply(c);
-        }
-        Ok(Controller { view, log })
-    }
-
-    pub fn view(&self) -> &ControllerView {
-        &self.view
-    }
-
-    /// Validates, persists, applies.
-    pub fn submit(&mut self, c: Command) -> Result<()> {
-        self.view.validate(&c)?;
-        self.log.append(&c)?;
-        self.view.apply(&c);
-        Ok(())
-    }
+    Ok(())
 }
 
 /// Kafka's topic name rule: 1..=249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -216,94 +313,105 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn create(name: &str, partitions: i32) -> Command {
+    const NODES: [NodeId; 3] = [NodeId(1), NodeId(2), NodeId(3)];
+
+    fn create(name: &str, replicas: Vec<Vec<u64>>) -> Command {
         Command::CreateTopic {
             name: name.into(),
             id: uuid::Uuid::from_u128(7).to_string(),
-            partitions,
+            partitions: replicas.len().max(1) as i32,
             configs: BTreeMap::new(),
+            replicas,
         }
     }
 
     #[test]
-    fn commands_survive_a_restart() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        {
-            let mut c = Controller::open(dir.path(), 1).expect("open");
-            c.submit(create("orders", 3)).expect("create");
-            c.submit(Command::CreatePartitions {
-                name: "orders".into(),
-                count: 5,
-            })
-            .expect("grow");
-            let mut cfg = BTreeMap::new();
-            cfg.insert("retention.ms".to_string(), "1000".to_string());
-            c.submit(Command::SetTopicConfigs {
-                name: "orders".into(),
-                configs: cfg,
-            })
-            .expect("cfg");
-            c.submit(Command::AllocateProducerIds { end: 1000 })
-                .expect("pids");
-        }
-        let c = Controller::open(dir.path(), 1).expect("reopen");
-        let t = &c.view().topics["orders"];
-        assert_eq!(t.partitions, 5);
-        assert_eq!(t.configs["retention.ms"], "1000");
-        assert_eq!(c.view().producer_ids_end, 1000);
-    }
-
-    #[test]
-    fn invalid_commands_are_refused_and_not_logged() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut c = Controller::open(dir.path(), 1).expect("open");
-        c.submit(create("a", 1)).expect("create");
+    fn commands_apply_in_order_and_conflicts_change_nothing() {
+        let mut v = ControllerView::default();
+        let me = NodeId(1);
+        let c = create("orders", vec![vec![1, 2, 3], vec![2, 3, 1]]);
+        v.validate(&c, &NODES).expect("valid");
+        assert_eq!(v.apply(&c, &NODES, me).expect("applied"), Outcome::Done);
+        // The same create proposed concurrently by another node: refused at
+        // apply, the view unchanged.
         assert!(matches!(
-            c.submit(create("a", 1)),
+            v.apply(&c, &NODES, me),
             Err(HelixError::TopicAlreadyExists(_))
         ));
-        assert!(matches!(
-            c.submit(create("bad/name", 1)),
-            Err(HelixError::InvalidTopic(_))
-        ));
-        assert!(matches!(
-            c.submit(create("b", 0)),
-            Err(HelixError::InvalidPartitions(_))
-        ));
-        assert!(
-            c.submit(Command::CreatePartitions {
-                name: "a".into(),
-                count: 1
-            })
-            .is_err()
+        let grow = Command::CreatePartitions {
+            name: "orders".into(),
+            count: 3,
+            replicas: vec![vec![3, 1, 2]],
+        };
+        v.apply(&grow, &NODES, me).expect("grown");
+        let t = &v.topics["orders"];
+        assert_eq!(t.partitions(), 3);
+        assert_eq!(t.replicas[2], vec![NodeId(3), NodeId(1), NodeId(2)]);
+        let a = v
+            .apply(&Command::AllocateProducerIdBlock, &NODES, me)
+            .expect("block");
+        let b = v
+            .apply(&Command::AllocateProducerIdBlock, &NODES, me)
+            .expect("block");
+        assert_eq!(a, Outcome::ProducerIdBlock { start: 0 });
+        assert_eq!(
+            b,
+            Outcome::ProducerIdBlock {
+                start: PRODUCER_ID_BLOCK
+            }
         );
-        drop(c);
-        let c = Controller::open(dir.path(), 1).expect("reopen");
-        assert_eq!(c.view().topics.len(), 1);
+        v.apply(
+            &Command::DeleteTopic {
+                name: "orders".into(),
+            },
+            &NODES,
+            me,
+        )
+        .expect("deleted");
+        assert!(v.topics.is_empty());
     }
 
     #[test]
-    fn a_torn_last_command_is_cut() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        {
-            let mut c = Controller::open(dir.path(), 1).expect("open");
-            c.submit(create("a", 1)).expect("create");
+    fn bad_replica_sets_are_refused() {
+        let v = ControllerView::default();
+        for replicas in [
+            vec![vec![1, 1, 2]],
+            vec![vec![1, 2, 9]],
+            vec![vec![1, 2], vec![1]],
+            vec![vec![]],
+        ] {
+            let c = create("t", replicas.clone());
+            assert!(
+                matches!(
+                    v.validate(&c, &NODES),
+                    Err(HelixError::InvalidReplicaAssignment(_))
+                ),
+                "{replicas:?}"
+            );
         }
-        // A crash mid-append leaves part of a batch after the last whole one.
-        let path = dir.path().join("wal").join("00000000000000000000.log");
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .expect("open segment");
-        std::io::Write::write_all(&mut f, &[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 90, 0])
-            .expect("write");
-        drop(f);
-        let mut c = Controller::open(dir.path(), 1).expect("reopen");
-        assert!(c.view().topics.contains_key("a"));
-        c.submit(create("b", 1))
-            .expect("the log continues after the cut");
-        drop(c);
-        let c = Controller::open(dir.path(), 1).expect("reopen again");
-        assert_eq!(c.view().topics.len(), 2);
+        assert!(
+            v.validate(&create("bad/name", vec![vec![1]]), &NODES)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn single_node_logs_without_replica_sets_replay_on_the_local_node() {
+        let mut v = ControllerView::default();
+        let legacy: Command = serde_json::from_str(
+            r#"{"op":"create_topic","name":"a","id":"00000000-0000-0000-0000-000000000007","partitions":2,"configs":{}}"#,
+        )
+        .expect("old command");
+        let members = [NodeId(4)];
+        v.apply(&legacy, &members, NodeId(4)).expect("applied");
+        assert_eq!(v.topics["a"].replicas, vec![vec![NodeId(4)]; 2]);
+        let old_ids: Command =
+            serde_json::from_str(r#"{"op":"allocate_producer_ids","end":2000}"#).expect("old");
+        v.apply(&old_ids, &members, NodeId(4)).expect("applied");
+        assert_eq!(
+            v.apply(&Command::AllocateProducerIdBlock, &members, NodeId(4))
+                .expect("block"),
+            Outcome::ProducerIdBlock { start: 2000 }
+        );
     }
 }

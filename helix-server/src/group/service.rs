@@ -1,45 +1,45 @@
 //! The coordinator's host inside the broker: owns the [`Coordinator`]
 //! behind a mutex (never held across an await), turns its proposals into
-//! record batches produced through each coordinator partition's batcher
-//! and one-voter Raft group (the same path as Produce, acks=all), reports
-//! acknowledgements in log order, drives `tick` from the wall clock, and
-//! replays every coordinator partition's log when the broker opens.
+//! records appended to the coordinator partitions (the same path as
+//! Produce, acks=all), reports acknowledgements in log order and drives
+//! `tick` from the wall clock.
 //!
-//! Coordinator partitions live in `<data-dir>/groups/<n>`, outside the topic
-//! table: clients never see them in Metadata.
+//! Coordinator partitions are the internal topic `__consumer_offsets`:
+//! replicated Raft groups like any partition, placed on the members by a
+//! rule every node computes alike (`controller::placement::internal`), in
+//! `<data-dir>/groups/<n>`. A node coordinates the groups of the partitions
+//! it leads: when it becomes a partition's leader it waits until everything
+//! its log held is acknowledged (its new term's no-op), replays the log into
+//! the coordinator, and serves; when it stops leading, the partition is
+//! unloaded and its clients move to the new leader (FindCoordinator).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
-use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup};
+use helix_raft::{GroupId, Role};
+use helix_wal::LogConfig;
 use kafka_protocol::messages::ResponseKind;
-use kafka_protocol::records::{
-    Compression, Record as KafkaRecord, RecordBatchDecoder, RecordBatchEncoder,
-    RecordEncodeOptions, TimestampType,
-};
 use tokio::sync::{mpsc, oneshot};
 
 use super::coordinator::Coordinator;
 use super::response::{Proposal, Reply};
 use super::types::{ClientInfo, CoordinatorPartition, ProposalId, RequestToken};
 use super::wire::{GroupCall, NodeAddress, find_coordinator};
-use crate::batcher::{Backpressure, BatchLimits, PendingProduce, ProduceOutcome};
-use crate::config::{Config, WriteDurability};
+use crate::batcher::{Backpressure, ProduceOutcome};
+use crate::cluster::ClusterState;
+use crate::controller::placement;
 use crate::error::{HelixError, Result};
-use crate::partition::raft::GroupSpec;
-use crate::partition::{Partition, PartitionSettings, batch};
-use crate::replica::ReplicaHost;
-use helix_raft::GroupId;
+use crate::partition::{Partition, internal};
+use crate::topics::{ReplicaFactory, Topic, TopicPartition};
 
+/// Kafka's name of the internal topic holding group records.
+pub const GROUPS_TOPIC: &str = "__consumer_offsets";
 /// How often deadlines are checked. Session timeouts are seconds long; a
 /// member expires at most this much late.
 const TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// How long a coordinator proposal waits for produce backpressure room.
 const PROPOSAL_ROOM_TIMEOUT: Duration = Duration::from_secs(30);
-/// Bytes read per step while replaying a coordinator partition.
-const REPLAY_READ_BYTES: usize = 1 << 20;
 /// Segment size of a coordinator partition's WAL: group records are small.
 const COORDINATOR_SEGMENT_BYTES: u64 = 64 << 20;
 /// Raft group ids of coordinator partitions ("HELIXG" in the high bytes;
@@ -48,22 +48,38 @@ const COORDINATOR_RAFT_GROUPS: u64 = 0x4845_4c49_5847_0000;
 
 /// Refuses to open a data dir whose coordinator partitions were created with
 /// another `coordinator_partitions`: group ids would hash elsewhere and
-/// their groups and offsets would silently vanish.
+/// their groups and offsets would silently vanish. The count is kept in
+/// `groups/partition-count` (a single-node data dir from before holds every
+/// partition, so their number is the count).
 fn check_partition_count(data_dir: &std::path::Path, count: u32) -> Result<()> {
-    let entries = match std::fs::read_dir(data_dir.join("groups")) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(HelixError::Config(format!("cannot list groups/: {e}"))),
+    let dir = data_dir.join("groups");
+    let file = dir.join("partition-count");
+    let recorded = match std::fs::read_to_string(&file) {
+        Ok(text) => Some(text.trim().parse::<u32>().map_err(|_| {
+            HelixError::Config(format!("{}: {text:?} is not a count", file.display()))
+        })?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::read_dir(&dir) {
+            Ok(entries) => {
+                let n = entries
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                    .count() as u32;
+                (n > 0).then_some(n)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(HelixError::Config(format!("cannot list groups/: {e}"))),
+        },
+        Err(e) => return Err(e.into()),
     };
-    let existing = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .count();
-    if existing != 0 && existing != count as usize {
+    if let Some(n) = recorded
+        && n != count
+    {
         return Err(HelixError::Config(format!(
-            "the data dir holds {existing} coordinator partitions; \
+            "the data dir was made with {n} coordinator partitions; \
              group_coordinator_partitions is {count} (it cannot change)"
         )));
     }
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(&file, format!("{count}\n"))?;
     Ok(())
 }
 
@@ -86,98 +102,98 @@ struct Host {
 #[derive(Debug)]
 pub struct GroupService {
     host: Mutex<Host>,
-    /// One ordered proposal queue per coordinator partition.
-    proposers: Vec<mpsc::UnboundedSender<Proposal>>,
-    partitions: Vec<Arc<Partition>>,
-    node: NodeAddress,
+    /// One ordered proposal queue per coordinator partition held here.
+    proposers: HashMap<u32, mpsc::UnboundedSender<Proposal>>,
+    /// Every coordinator partition: its group, replicas and local replica.
+    partitions: Vec<TopicPartition>,
+    cluster: Arc<ClusterState>,
+    topic_id: uuid::Uuid,
 }
 
 impl GroupService {
-    /// Opens every coordinator partition, replays it, and starts the tasks
-    /// that propose, acknowledge and tick.
-    /// `sync_group` and `file_budget` are the ones every log of the node
-    /// shares.
+    /// Opens the coordinator partitions this node holds and starts the
+    /// tasks that load them as their leadership comes and goes, propose
+    /// and tick.
     pub async fn open(
-        config: &Config,
+        factory: &ReplicaFactory,
+        cluster: &Arc<ClusterState>,
         backpressure: &Backpressure,
-        host: &ReplicaHost,
-        sync_group: SyncGroup,
-        file_budget: FileBudget,
     ) -> Result<Arc<GroupService>> {
+        let config = &factory.config;
         let group_config = config.groups.clone();
         check_partition_count(&config.data_dir, group_config.coordinator_partitions)?;
         let count = group_config.coordinator_partitions;
-        let mut coordinator = Coordinator::new(group_config);
+        let coordinator = Coordinator::new(group_config);
         // No retention: these logs are the groups' state (Kafka compacts
-        // them instead; Helix does not compact yet, docs/groups.md).
+        // them instead; Helix snapshots and deletes before the snapshot).
         let log = LogConfig {
             segment_bytes: COORDINATOR_SEGMENT_BYTES,
-            durability: match config.write_durability {
-                WriteDurability::ReplicationOnly => Durability::ReplicationOnly,
-                WriteDurability::Fsync => Durability::Fsync,
-            },
-            sync_group: Some(sync_group),
-            file_budget: Some(file_budget),
+            durability: factory.durability(),
+            sync_group: Some(factory.logs.sync_group.clone()),
+            file_budget: Some(factory.logs.file_budget.clone()),
             ..LogConfig::default()
         };
-        let now = now_ms();
-        let mut partitions = Vec::with_capacity(count as usize);
-        let node = crate::broker::node_id(config)?;
-        for index in 0..count {
-            let settings = PartitionSettings {
-                spec: GroupSpec {
-                    node,
-                    group: GroupId(COORDINATOR_RAFT_GROUPS | u64::from(index)),
-                    voters: vec![node],
-                    raft: crate::broker::raft_settings(config),
-                },
-                batch: BatchLimits {
-                    linger: config.batch_linger,
-                    max_bytes: config.batch_max_bytes,
-                    max_requests: config.batch_max_requests,
-                },
-                log: log.clone(),
-            };
-            let dir = config.data_dir.join("groups").join(index.to_string());
-            let recovered = tokio::task::block_in_place(|| {
-                crate::partition::recover(&dir, "__consumer_offsets", index as i32, settings)
-            })?;
-            let partition = host.install(recovered).await?;
-            let id = CoordinatorPartition(index);
-            coordinator.begin_load(id);
-            replay(&mut coordinator, id, &partition, now)?;
-            coordinator.finish_load(
-                id,
-                u64::try_from(partition.leader_epoch()).unwrap_or(0),
-                now,
-            );
-            partitions.push(partition);
+        let members = cluster.member_ids();
+        let rf = members.len().min(3);
+        let sets = placement::internal(&members, rf, count as usize);
+        let mut partitions: Vec<TopicPartition> = sets
+            .into_iter()
+            .enumerate()
+            .map(|(i, replicas)| TopicPartition {
+                index: i as i32,
+                group: GroupId(COORDINATOR_RAFT_GROUPS | i as u64),
+                replicas,
+                local: None,
+            })
+            .collect();
+        let wanted = partitions
+            .iter()
+            .filter(|p| p.replicas.contains(&factory.node))
+            .map(|p| {
+                (
+                    p.index,
+                    config.data_dir.join("groups").join(p.index.to_string()),
+                    factory.settings(p.group, p.replicas.clone(), log.clone()),
+                )
+            })
+            .collect();
+        for (index, p) in factory.open(GROUPS_TOPIC, wanted).await? {
+            partitions[index as usize].local = Some(p);
         }
-        let node = NodeAddress::parse(config.node_id, &config.advertised).ok_or_else(|| {
-            HelixError::Config(format!(
-                "advertised address {} is not HOST:PORT",
-                config.advertised
-            ))
-        })?;
-        let mut proposers = Vec::with_capacity(partitions.len());
-        let mut queues = Vec::with_capacity(partitions.len());
-        for partition in &partitions {
-            let (tx, rx) = mpsc::unbounded_channel();
-            proposers.push(tx);
-            queues.push((partition.clone(), rx));
+        let mut proposers = HashMap::new();
+        let mut queues = Vec::new();
+        for p in &partitions {
+            if let Some(local) = &p.local {
+                let (tx, rx) = mpsc::unbounded_channel();
+                proposers.insert(p.index as u32, tx);
+                queues.push((local.clone(), rx));
+            }
         }
-        let host = Host {
-            coordinator,
-            waiting: HashMap::new(),
-            next_token: 0,
-        };
         let service = Arc::new(GroupService {
-            host: Mutex::new(host),
+            host: Mutex::new(Host {
+                coordinator,
+                waiting: HashMap::new(),
+                next_token: 0,
+            }),
             proposers,
             partitions,
-            node,
+            cluster: cluster.clone(),
+            topic_id: internal_topic_id(),
         });
         for (partition, rx) in queues {
+            let index = CoordinatorPartition(partition.index as u32);
+            // A partition this node already leads alone (a single node) is
+            // loaded before the broker serves, as it always was.
+            if partition.leadership().role == Role::Leader
+                && partition.high_watermark() >= partition.log_end_offset()
+            {
+                service.load(index, &partition)?;
+            }
+            tokio::spawn(coordinate(
+                Arc::downgrade(&service),
+                index,
+                partition.clone(),
+            ));
             tokio::spawn(propose(
                 Arc::downgrade(&service),
                 partition,
@@ -187,6 +203,34 @@ impl GroupService {
         }
         tokio::spawn(tick(Arc::downgrade(&service)));
         Ok(service)
+    }
+
+    /// `__consumer_offsets` as Metadata shows it (internal).
+    pub fn internal_topic(&self) -> Topic {
+        Topic {
+            name: GROUPS_TOPIC.to_string(),
+            id: self.topic_id,
+            partitions: self.partitions.clone(),
+            configs: Default::default(),
+            effective: crate::controller::topic_config::EffectiveConfig::resolve(
+                &Default::default(),
+                &crate::config::Config::default(),
+            ),
+            internal: true,
+        }
+    }
+
+    /// The node coordinating `group_id`: the leader of its partition.
+    fn coordinator_of(&self, group_id: &str) -> Option<NodeAddress> {
+        let index = self.lock().coordinator.partition_for(group_id).0 as usize;
+        let p = self.partitions.get(index)?;
+        let leader = self.cluster.leadership(p.group, p.local.as_deref())?.leader;
+        let m = self.cluster.member(leader)?;
+        Some(NodeAddress {
+            node_id: i32::try_from(m.id.0).ok()?,
+            host: m.host.clone(),
+            port: m.port,
+        })
     }
 
     /// Answers one group call from `client_id` at `client_host` (Kafka's
@@ -202,7 +246,9 @@ impl GroupService {
         let request = match call {
             GroupCall::FindCoordinator(request) => {
                 return Ok(ResponseKind::FindCoordinator(find_coordinator(
-                    &request, version, &self.node,
+                    &request,
+                    version,
+                    |key| self.coordinator_of(key),
                 )));
             }
             GroupCall::Coordinator(request) => request,
@@ -227,13 +273,50 @@ impl GroupService {
 
     /// Shutdown: every coordinator partition flushes and closes its log.
     pub async fn close(&self) {
-        crate::partition::close_all(&self.partitions).await;
+        let local: Vec<Arc<Partition>> = self
+            .partitions
+            .iter()
+            .filter_map(|p| p.local.clone())
+            .collect();
+        crate::partition::close_all(&local).await;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Host> {
         self.host
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Rebuilds a partition's view from its acknowledged log and serves it
+    /// at the replica's current term.
+    fn load(&self, id: CoordinatorPartition, partition: &Partition) -> Result<()> {
+        let now = now_ms();
+        let epoch = partition.leadership().term.0;
+        let mut host = self.lock();
+        host.coordinator.begin_load(id);
+        let end = partition.high_watermark();
+        let records = internal::for_each_value(partition, 0, end, |offset, value| {
+            if let Err(error) = host.coordinator.replay(id, &value, now) {
+                tracing::warn!(partition = %id, offset, %error, "skipping a coordinator record");
+            }
+            Ok(())
+        });
+        if let Err(e) = records {
+            host.coordinator.unload(id);
+            self.drain(&mut host);
+            return Err(e);
+        }
+        host.coordinator.finish_load(id, epoch, now);
+        self.drain(&mut host);
+        tracing::info!(partition = %id, epoch, end, "coordinating the partition's groups");
+        Ok(())
+    }
+
+    fn unload(&self, id: CoordinatorPartition) {
+        let mut host = self.lock();
+        host.coordinator.unload(id);
+        self.drain(&mut host);
+        tracing::info!(partition = %id, "no longer coordinating the partition's groups");
     }
 
     /// Delivers the coordinator's output: replies to their waiting
@@ -251,7 +334,7 @@ impl GroupService {
             }
             for proposal in ready.proposals {
                 let id = proposal.id;
-                let queue = self.proposers.get(proposal.partition.0 as usize);
+                let queue = self.proposers.get(&proposal.partition.0);
                 if queue.is_none_or(|q| q.send(proposal).is_err()) {
                     host.coordinator.on_proposal_failed(id, now_ms());
                 }
@@ -270,66 +353,57 @@ impl GroupService {
     }
 }
 
-/// Wraps a coordinator entry as a one-record v2 batch (no producer id, so
-/// no idempotence state), the unit the partition's log stores.
-fn entry_batch(entry: &Bytes) -> Result<Bytes> {
-    let record = KafkaRecord {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: now_ms() as i64,
-        key: None,
-        value: Some(entry.clone()),
-        headers: Default::default(),
-    };
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, [&record], &options)
-        .map_err(|e| HelixError::CorruptState(format!("encoding a coordinator batch: {e}")))?;
-    Ok(buf.freeze())
+/// The id `__consumer_offsets` shows in Metadata: the same on every node.
+fn internal_topic_id() -> uuid::Uuid {
+    uuid::Uuid::from_u128(u128::from(COORDINATOR_RAFT_GROUPS) << 64 | 1)
 }
 
-/// Feeds a coordinator partition's acknowledged log to the coordinator.
-fn replay(
-    coordinator: &mut Coordinator,
+/// Follows one coordinator partition's leadership: loads it when this node
+/// leads and its log is acknowledged up to where it was at election,
+/// unloads it when leadership goes.
+async fn coordinate(
+    service: Weak<GroupService>,
     id: CoordinatorPartition,
-    partition: &Partition,
-    now: u64,
-) -> Result<()> {
-    let mut from = partition.log_start_offset();
-    let end = partition.high_watermark();
-    while from < end {
-        let mut chunk = partition.read(from, REPLAY_READ_BYTES)?;
-        let sets = RecordBatchDecoder::decode_all(&mut chunk)
-            .map_err(|e| HelixError::CorruptState(format!("{id}: {e}")))?;
-        let before = from;
-        for record in sets.into_iter().flat_map(|set| set.records) {
-            if record.offset < from {
-                continue;
+    partition: Arc<Partition>,
+) {
+    let mut leadership = partition.watch_leadership();
+    let mut loaded_term = {
+        let l = partition.leadership();
+        (l.role == Role::Leader && partition.high_watermark() >= partition.log_end_offset())
+            .then_some(l.term)
+    };
+    loop {
+        let l = *leadership.borrow_and_update();
+        let leads = l.role == Role::Leader;
+        if leads && loaded_term != Some(l.term) {
+            let end = partition.log_end_offset();
+            let mut hw = partition.watch_high_watermark();
+            let caught_up = tokio::select! {
+                r = hw.wait_for(|h| *h >= end) => r.is_ok(),
+                _ = leadership.changed() => false,
+            };
+            let still = partition.leadership();
+            if caught_up && still.role == Role::Leader && still.term == l.term {
+                let Some(s) = service.upgrade() else { return };
+                match s.load(id, &partition) {
+                    Ok(()) => loaded_term = Some(l.term),
+                    Err(e) => {
+                        tracing::error!(partition = %id, error = %e, "loading coordinator partition failed; retrying");
+                        drop(s);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
             }
-            from = record.offset + 1;
-            if let Some(value) = record.value
-                && let Err(error) = coordinator.replay(id, &value, now)
-            {
-                tracing::warn!(partition = %id, offset = record.offset, %error, "skipping a coordinator record");
-            }
+            continue;
         }
-        if from == before {
-            return Err(HelixError::CorruptState(format!(
-                "{id}: no progress replaying at offset {from}"
-            )));
+        if !leads && loaded_term.take().is_some() {
+            let Some(s) = service.upgrade() else { return };
+            s.unload(id);
+        }
+        if leadership.changed().await.is_err() {
+            return;
         }
     }
-    Ok(())
 }
 
 /// Proposes one partition's entries in order; a second task reports their
@@ -366,7 +440,13 @@ async fn propose(
         }
     });
     while let Some(proposal) = proposals.recv().await {
-        let waiting = produce(&partition, &backpressure, &proposal.entry).await;
+        let waiting = internal::append(
+            &partition,
+            &backpressure,
+            &proposal.entry,
+            PROPOSAL_ROOM_TIMEOUT,
+        )
+        .await;
         if let Err(error) = &waiting {
             tracing::warn!(partition = %proposal.partition, %error, "coordinator proposal failed");
         }
@@ -377,32 +457,6 @@ async fn propose(
             return;
         }
     }
-}
-
-async fn produce(
-    partition: &Partition,
-    backpressure: &Backpressure,
-    entry: &Bytes,
-) -> Result<oneshot::Receiver<ProduceOutcome>> {
-    let batch = entry_batch(entry)?;
-    let batches: Vec<Bytes> = batch::validate(&batch, i32::MAX)?
-        .into_iter()
-        .map(|b| b.bytes)
-        .collect();
-    let room = backpressure
-        .acquire(batch.len(), PROPOSAL_ROOM_TIMEOUT)
-        .await?;
-    let (reply, rx) = oneshot::channel();
-    let pending = PendingProduce {
-        batches,
-        size: batch.len(),
-        acks: -1,
-        reply: Some(reply),
-        enqueued: Instant::now(),
-        room,
-    };
-    partition.produce(pending).await?;
-    Ok(rx)
 }
 
 async fn tick(service: Weak<GroupService>) {

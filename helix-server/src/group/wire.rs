@@ -100,37 +100,32 @@ pub struct NodeAddress {
     pub port: i32,
 }
 
-impl NodeAddress {
-    /// From `HOST:PORT` (the broker's advertised address).
-    pub fn parse(node_id: i32, advertised: &str) -> Option<NodeAddress> {
-        let (host, port) = advertised.rsplit_once(':')?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        Some(NodeAddress {
-            node_id,
-            host: host.to_owned(),
-            port: port.parse().ok()?,
-        })
-    }
-}
-
-/// FindCoordinator: this node for every group key; transaction and share
-/// coordinators do not exist here (COORDINATOR_NOT_AVAILABLE).
+/// FindCoordinator: for each group key, the node `locate` names (the
+/// leader of the key's coordinator partition), or COORDINATOR_NOT_AVAILABLE
+/// while it has none; transaction and share coordinators do not exist here.
 pub fn find_coordinator(
     request: &FindCoordinatorRequest,
     version: i16,
-    node: &NodeAddress,
+    locate: impl Fn(&str) -> Option<NodeAddress>,
 ) -> FindCoordinatorResponse {
-    let answer = |key: &str| -> (i16, Option<&'static str>) {
+    let answer = |key: &str| -> std::result::Result<NodeAddress, (i16, &'static str)> {
         if request.key_type != KEY_TYPE_GROUP {
-            (
+            Err((
                 GroupError::CoordinatorNotAvailable.code(),
-                Some("only group coordinators exist"),
-            )
+                "only group coordinators exist",
+            ))
         } else if key.is_empty() {
-            (GroupError::InvalidGroupId.code(), Some("empty group id"))
+            Err((GroupError::InvalidGroupId.code(), "empty group id"))
         } else {
-            (NONE, None)
+            locate(key).ok_or((
+                GroupError::CoordinatorNotAvailable.code(),
+                "the group's coordinator partition has no leader yet",
+            ))
         }
+    };
+    let split = |a: std::result::Result<NodeAddress, (i16, &'static str)>| match a {
+        Ok(n) => (NONE, None, n.node_id, n.host, n.port),
+        Err((code, message)) => (code, Some(message), -1, String::new(), -1),
     };
     let mut response = FindCoordinatorResponse::default();
     if version >= 4 {
@@ -138,23 +133,23 @@ pub fn find_coordinator(
             .coordinator_keys
             .iter()
             .map(|key| {
-                let (code, message) = answer(key);
+                let (code, message, node_id, host, port) = split(answer(key));
                 KeyCoordinator::default()
                     .with_key(key.clone())
-                    .with_node_id(BrokerId(if code == NONE { node.node_id } else { -1 }))
-                    .with_host(str_bytes(if code == NONE { &node.host } else { "" }))
-                    .with_port(if code == NONE { node.port } else { -1 })
+                    .with_node_id(BrokerId(node_id))
+                    .with_host(str_bytes(&host))
+                    .with_port(port)
                     .with_error_code(code)
                     .with_error_message(message.map(StrBytes::from_static_str))
             })
             .collect();
         return response;
     }
-    let (code, message) = answer(&request.key);
+    let (code, message, node_id, host, port) = split(answer(&request.key));
     response.error_code = code;
-    response.node_id = BrokerId(if code == NONE { node.node_id } else { -1 });
-    response.host = str_bytes(if code == NONE { &node.host } else { "" });
-    response.port = if code == NONE { node.port } else { -1 };
+    response.node_id = BrokerId(node_id);
+    response.host = str_bytes(&host);
+    response.port = port;
     if version >= 1 {
         response.error_message = message.map(StrBytes::from_static_str);
     }
@@ -170,7 +165,11 @@ mod tests {
 
     #[test]
     fn find_coordinator_answers_this_node_at_every_version() {
-        let node = NodeAddress::parse(7, "127.0.0.1:9092").expect("address");
+        let node = NodeAddress {
+            node_id: 7,
+            host: "127.0.0.1".into(),
+            port: 9092,
+        };
         let (min, max) = FIND_COORDINATOR_VERSIONS;
         for version in min..=max {
             let mut request = FindCoordinatorRequest::default();
@@ -179,7 +178,7 @@ mod tests {
             } else {
                 request.key = str_bytes("a");
             }
-            let response = find_coordinator(&request, version, &node);
+            let response = find_coordinator(&request, version, |_| Some(node.clone()));
             let mut buf = BytesMut::new();
             response.encode(&mut buf, version).expect("encodes");
             let decoded =
@@ -202,6 +201,16 @@ mod tests {
         let transactions = FindCoordinatorRequest::default()
             .with_key(str_bytes("tx"))
             .with_key_type(1);
-        assert_eq!(find_coordinator(&transactions, 3, &node).error_code, 15);
+        assert_eq!(
+            find_coordinator(&transactions, 3, |_| Some(node.clone())).error_code,
+            15
+        );
+        let leaderless = find_coordinator(
+            &FindCoordinatorRequest::default().with_key(str_bytes("g")),
+            3,
+            |_| None,
+        );
+        assert_eq!(leaderless.error_code, 15);
+        assert_eq!(leaderless.node_id.0, -1);
     }
 }

@@ -1,10 +1,11 @@
-//! DescribeCluster: this node as the only broker and the controller.
+//! DescribeCluster: the live brokers and the controller (group 0's leader).
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 
+use super::metadata::broker_id;
 use super::wire_str;
 use crate::broker::Broker;
 
@@ -13,17 +14,23 @@ pub fn describe(
     req: DescribeClusterRequest,
     version: i16,
 ) -> DescribeClusterResponse {
-    let (host, port) = broker.config.advertised_host_port();
     let mut resp = DescribeClusterResponse::default();
     resp.cluster_id = wire_str(&broker.cluster_id);
-    resp.controller_id = BrokerId(broker.config.node_id);
+    resp.controller_id = broker.controller_id().map_or(BrokerId(-1), broker_id);
     if version >= 1 {
         resp.endpoint_type = req.endpoint_type;
     }
-    let mut b = DescribeClusterBroker::default();
-    b.broker_id = BrokerId(broker.config.node_id);
-    b.host = wire_str(&host);
-    b.port = port;
-    resp.brokers = vec![b];
+    resp.brokers = broker
+        .cluster
+        .live_members()
+        .into_iter()
+        .map(|m| {
+            let mut b = DescribeClusterBroker::default();
+            b.broker_id = broker_id(m.id);
+            b.host = wire_str(&m.host);
+            b.port = m.port;
+            b
+        })
+        .collect();
     resp
 }

@@ -12,9 +12,9 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::task::JoinSet;
 
-use crate::broker::{Broker, Topic};
-use crate::error::HelixError;
+use crate::broker::Broker;
 use crate::metrics::{Metrics, metrics};
+use crate::topics::{Topic, replica};
 
 /// Longest long-poll honoured, whatever the client asks.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -59,24 +59,18 @@ fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchRespons
             let mut pd = PartitionData::default();
             pd.partition_index = fp.partition;
             pd.aborted_transactions = Some(Vec::new());
-            let partition = topic.as_ref().and_then(|t| t.partition(fp.partition));
-            let Some(p) = partition else {
-                pd.error_code = if version >= 13 && topic.is_none() {
-                    HelixError::UnknownTopicId.kafka_code()
-                } else {
-                    HelixError::UnknownTopicOrPartition.kafka_code()
-                };
-                any_error = true;
-                out.partitions.push(pd);
-                continue;
+            let partition = replica(topic.as_ref(), fp.partition, version >= 13)
+                .and_then(|p| p.check_leader(fp.current_leader_epoch).map(|()| p));
+            let p = match partition {
+                Ok(p) => p,
+                Err(e) => {
+                    pd.error_code = e.kafka_code();
+                    pd.high_watermark = -1;
+                    any_error = true;
+                    out.partitions.push(pd);
+                    continue;
+                }
             };
-            if let Err(e) = p.check_leader(fp.current_leader_epoch) {
-                pd.error_code = e.kafka_code();
-                pd.high_watermark = -1;
-                any_error = true;
-                out.partitions.push(pd);
-                continue;
-            }
             let hw = p.high_watermark();
             pd.high_watermark = hw;
             pd.last_stable_offset = hw;
@@ -131,7 +125,7 @@ async fn wait_for_new_data(
             continue;
         };
         for (fp, seen_partition) in ft.partitions.iter().zip(&seen_topic.partitions) {
-            if let Some(p) = topic.partition(fp.partition) {
+            if let Ok(p) = topic.local(fp.partition) {
                 let mut rx = p.watch_high_watermark();
                 let seen_hw = seen_partition.high_watermark.max(fp.fetch_offset);
                 watchers.spawn(async move {

@@ -12,6 +12,7 @@ use crate::broker::Broker;
 use crate::error::HelixError;
 use crate::partition::Partition;
 use crate::partition::batch::{BatchHeader, first_offset_at_or_after};
+use crate::topics::replica;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -28,9 +29,9 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Li
         for p in t.partitions {
             let mut r = ListOffsetsPartitionResponse::default();
             r.partition_index = p.partition_index;
-            match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
-                None => r.error_code = HelixError::UnknownTopicOrPartition.kafka_code(),
-                Some(part) => match part
+            match replica(topic.as_ref(), p.partition_index, false) {
+                Err(e) => r.error_code = e.kafka_code(),
+                Ok(part) => match part
                     .check_leader(p.current_leader_epoch)
                     .and_then(|()| lookup(part, p.timestamp))
                 {

@@ -24,6 +24,7 @@ use crate::config::BackpressureMode;
 use crate::error::{HelixError, code};
 use crate::metrics::{Metrics, metrics};
 use crate::partition::batch;
+use crate::topics::replica;
 
 /// The shortest time a produce request waits for room or an answer, so a
 /// tiny client timeout does not turn a short queue into errors.
@@ -61,18 +62,15 @@ pub async fn enqueue(
             let slot = if req.transactional_id.is_some() {
                 Slot::Done(Err(HelixError::TransactionsUnsupported))
             } else {
-                match topic
-                    .as_ref()
-                    .and_then(|t| t.partition(pd.index).map(|p| (t, p)))
+                match replica(topic.as_ref(), pd.index, version >= 13)
+                    .and_then(|p| p.check_leader(-1).map(|()| p))
                 {
-                    None if version >= 13 && topic.is_none() => {
-                        Slot::Done(Err(HelixError::UnknownTopicId))
-                    }
-                    None => Slot::Done(Err(HelixError::UnknownTopicOrPartition)),
-                    Some((_, p)) if !p.is_leader() => Slot::Done(Err(HelixError::NotLeader)),
-                    Some((t, p)) => {
+                    Err(e) => Slot::Done(Err(e)),
+                    Ok(p) => {
+                        // A replica was found, so the topic was.
+                        let max = topic.as_ref().map_or(0, |t| t.effective.max_message_bytes);
                         let records = pd.records.unwrap_or_default();
-                        match batch::validate(&records, t.effective.max_message_bytes) {
+                        match batch::validate(&records, max) {
                             Err(e) => Slot::Done(Err(e)),
                             Ok(batches) => {
                                 Metrics::count(&m.counters.produce_bytes, records.len() as u64);

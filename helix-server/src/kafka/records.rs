@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
 
 use crate::broker::Broker;
 use crate::error::HelixError;
+use crate::topics::replica;
 
 /// DeleteRecords' "up to the high watermark" marker.
 const TO_HIGH_WATERMARK: i64 = -1;
@@ -33,14 +34,11 @@ pub async fn delete_records(
         // Every partition's deletion is started before any is awaited.
         let mut waits = Vec::new();
         for p in t.partitions {
-            let part = topic
-                .as_ref()
-                .and_then(|t| t.partition(p.partition_index))
-                .cloned();
+            let part = replica(topic.as_ref(), p.partition_index, false).cloned();
             waits.push((
                 p.partition_index,
                 tokio::spawn(async move {
-                    let part = part.ok_or(HelixError::UnknownTopicOrPartition)?;
+                    let part = part?;
                     part.check_leader(-1)?;
                     let hw = part.high_watermark();
                     let before = if p.offset == TO_HIGH_WATERMARK {
@@ -85,9 +83,9 @@ pub fn offset_for_leader_epoch(
             r.partition = p.partition;
             r.leader_epoch = -1;
             r.end_offset = -1;
-            match topic.as_ref().and_then(|t| t.partition(p.partition)) {
-                None => r.error_code = HelixError::UnknownTopicOrPartition.kafka_code(),
-                Some(part) => {
+            match replica(topic.as_ref(), p.partition, false) {
+                Err(e) => r.error_code = e.kafka_code(),
+                Ok(part) => {
                     let current = part.leader_epoch();
                     if let Err(e) = part.check_leader(p.current_leader_epoch) {
                         r.error_code = e.kafka_code();

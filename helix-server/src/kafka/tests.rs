@@ -20,10 +20,10 @@ async fn broker(dir: &std::path::Path) -> Arc<Broker> {
         ..Config::default()
     };
     let b = Broker::open(config).await.expect("open broker");
-    b.create_topic("t", 1, Default::default(), false)
+    b.create_topic("t", 1, -1, None, Default::default(), false)
         .await
         .expect("topic t");
-    b.create_topic("cp", 1, Default::default(), false)
+    b.create_topic("cp", 1, -1, None, Default::default(), false)
         .await
         .expect("topic cp");
     b
@@ -287,7 +287,11 @@ async fn every_advertised_version_is_served_and_answers_without_error() {
     // The produces above landed: one record per produce version.
     let produced = i64::from(13 - PRODUCE_MIN_DECODED + 1);
     assert_eq!(
-        b.topic("t").expect("t").partitions[0].high_watermark(),
+        b.topic("t")
+            .expect("t")
+            .local(0)
+            .expect("local")
+            .high_watermark(),
         produced
     );
     assert_eq!(b.topic("cp").expect("cp").partitions.len(), 5);
@@ -342,7 +346,7 @@ async fn unknown_api_key_and_undecodable_produce_version_close_the_connection() 
 async fn a_bad_batch_fails_its_partition_only_and_fetch_returns_the_good_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let b = broker(dir.path()).await;
-    b.create_topic("two", 2, Default::default(), false)
+    b.create_topic("two", 2, -1, None, Default::default(), false)
         .await
         .expect("topic");
     let good = make_batch(&[b"good"], -1, -1, 5);
@@ -508,7 +512,8 @@ async fn random_request_bodies_never_panic_the_broker() {
 async fn metadata_v0_with_no_topics_lists_every_topic_and_v1_lists_none() {
     let dir = tempfile::tempdir().expect("tempdir");
     let b = broker(dir.path()).await;
-    for (version, want) in [(0i16, 2usize), (1, 0)] {
+    // v0: both topics and the internal __consumer_offsets.
+    for (version, want) in [(0i16, 3usize), (1, 0)] {
         let mut req = MetadataRequest::default();
         req.topics = Some(Vec::new());
         let mut out = roundtrip(&b, ApiKey::Metadata, version, &req.into()).await;
@@ -521,7 +526,7 @@ async fn metadata_v0_with_no_topics_lists_every_topic_and_v1_lists_none() {
 async fn fetch_frames_carry_the_wal_slices_themselves() {
     let dir = tempfile::tempdir().expect("tempdir");
     let b = broker(dir.path()).await;
-    b.create_topic("z", 2, Default::default(), false)
+    b.create_topic("z", 2, -1, None, Default::default(), false)
         .await
         .expect("topic");
     let mut td = produce_request::TopicProduceData::default();
@@ -551,7 +556,7 @@ async fn fetch_frames_carry_the_wal_slices_themselves() {
         for (i, p) in resp.responses[0].partitions.iter().enumerate() {
             let records = p.records.clone().expect("records");
             let slice = topic
-                .partition(i as i32)
+                .local(i as i32)
                 .expect("partition")
                 .read(0, 1 << 20)
                 .expect("wal read");

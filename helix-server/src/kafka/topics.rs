@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 };
 
 use super::{wire_str, wire_topic};
-use crate::broker::Broker;
+use crate::broker::{Broker, NewTopic};
 use crate::controller::topic_config::{self, TOPIC_CONFIGS};
 use crate::error::HelixError;
 
@@ -33,12 +33,8 @@ pub async fn create_topics(
         match result {
             Ok(topic) => {
                 r.topic_id = topic.id;
-                r.num_partitions = if t.num_partitions == -1 {
-                    broker.config.default_partitions
-                } else {
-                    t.num_partitions
-                };
-                r.replication_factor = 1;
+                r.num_partitions = topic.partitions;
+                r.replication_factor = topic.replication_factor;
                 if version >= 5 {
                     r.configs = Some(
                         TOPIC_CONFIGS
@@ -74,18 +70,23 @@ async fn create_one(
     broker: &Arc<Broker>,
     t: &kafka_protocol::messages::create_topics_request::CreatableTopic,
     validate_only: bool,
-) -> Result<Arc<crate::broker::Topic>, HelixError> {
-    if !t.assignments.is_empty() {
-        return Err(HelixError::InvalidRequest(
-            "manual replica assignment is not supported".into(),
-        ));
-    }
-    if t.replication_factor != -1 && t.replication_factor != 1 {
-        return Err(HelixError::InvalidReplicationFactor(format!(
-            "replication factor {} on a single node",
-            t.replication_factor
-        )));
-    }
+) -> Result<NewTopic, HelixError> {
+    let assignments = if t.assignments.is_empty() {
+        None
+    } else {
+        let mut sets: Vec<(i32, Vec<u64>)> = t
+            .assignments
+            .iter()
+            .map(|a| node_ids(&a.broker_ids).map(|ids| (a.partition_index, ids)))
+            .collect::<Result<_, _>>()?;
+        sets.sort_by_key(|(p, _)| *p);
+        if sets.iter().enumerate().any(|(i, (p, _))| *p != i as i32) {
+            return Err(HelixError::InvalidReplicaAssignment(
+                "partition indexes must be 0..n, each once".into(),
+            ));
+        }
+        Some(sets.into_iter().map(|(_, s)| s).collect())
+    };
     let mut configs = BTreeMap::new();
     for c in &t.configs {
         if let Some(v) = &c.value {
@@ -93,8 +94,25 @@ async fn create_one(
         }
     }
     broker
-        .create_topic(&t.name, t.num_partitions, configs, validate_only)
+        .create_topic(
+            &t.name,
+            t.num_partitions,
+            t.replication_factor,
+            assignments,
+            configs,
+            validate_only,
+        )
         .await
+}
+
+/// Broker ids of a manual assignment as node ids.
+fn node_ids(ids: &[kafka_protocol::messages::BrokerId]) -> Result<Vec<u64>, HelixError> {
+    ids.iter()
+        .map(|b| {
+            u64::try_from(b.0)
+                .map_err(|_| HelixError::InvalidReplicaAssignment(format!("broker id {}", b.0)))
+        })
+        .collect()
 }
 
 pub async fn delete_topics(
@@ -144,14 +162,23 @@ pub async fn create_partitions(
     for t in req.topics {
         let mut r = CreatePartitionsTopicResult::default();
         r.name = t.name.clone();
-        let result = if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
-            Err(HelixError::InvalidRequest(
-                "manual replica assignment is not supported".into(),
-            ))
-        } else {
-            broker
-                .create_partitions(&t.name, t.count, req.validate_only)
-                .await
+        let assignments = t
+            .assignments
+            .as_ref()
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                a.iter()
+                    .map(|p| node_ids(&p.broker_ids))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose();
+        let result = match assignments {
+            Ok(assignments) => {
+                broker
+                    .create_partitions(&t.name, t.count, assignments, req.validate_only)
+                    .await
+            }
+            Err(e) => Err(e),
         };
         if let Err(e) = result {
             r.error_code = e.kafka_code();

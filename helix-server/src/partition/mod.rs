@@ -13,6 +13,7 @@ mod answers;
 pub mod apply;
 pub mod batch;
 pub mod entry;
+pub mod internal;
 pub mod producers;
 pub mod raft;
 pub mod records;
@@ -72,6 +73,8 @@ pub struct Published {
     pub high_watermark: watch::Sender<i64>,
     pub max_timestamp: Mutex<MaxTimestamp>,
     pub leadership: watch::Sender<Leadership>,
+    /// In-sync replicas while this replica leads (empty otherwise).
+    pub isr: Mutex<Vec<NodeId>>,
 }
 
 /// A recovered replica, not yet handed to a shard.
@@ -130,6 +133,7 @@ pub fn recover(
         high_watermark: watch::channel(high_watermark).0,
         max_timestamp: Mutex::new(max_ts),
         leadership: watch::channel(Leadership::default()).0,
+        isr: Mutex::new(Vec::new()),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
     let state = PartitionState::new(
@@ -205,8 +209,18 @@ impl Partition {
         *self.published.leadership.borrow()
     }
 
-    pub fn is_leader(&self) -> bool {
-        self.leadership().role == Role::Leader
+    /// A receiver that changes whenever role, term or leader change.
+    pub fn watch_leadership(&self) -> watch::Receiver<Leadership> {
+        self.published.leadership.subscribe()
+    }
+
+    /// The in-sync replicas, leader first, while this replica leads.
+    pub fn isr(&self) -> Vec<NodeId> {
+        self.published
+            .isr
+            .lock()
+            .map(|i| i.clone())
+            .unwrap_or_default()
     }
 
     /// Serves reads and writes only as the leader; `current_leader_epoch`

@@ -387,11 +387,23 @@ impl PartitionState {
         }
         let was_leader = self.leadership.role == Role::Leader;
         self.leadership = now;
+        if now.role != Role::Leader {
+            self.publish_isr(Vec::new());
+        } else if group.config().voters.len() == 1 {
+            self.publish_isr(group.config().voters.clone());
+        }
         self.published.leadership.send_replace(now);
         if was_leader && now.role != Role::Leader {
             self.fail_all(&HelixError::NotLeader);
         }
         Some(now)
+    }
+
+    /// Publishes the in-sync replicas computed by the leader's shard.
+    pub fn publish_isr(&self, isr: Vec<helix_raft::NodeId>) {
+        if let Ok(mut i) = self.published.isr.lock() {
+            *i = isr;
+        }
     }
 
     /// Retention as Kafka does it: whole sealed segments beyond

@@ -22,9 +22,12 @@
 //!   leadership (a new partition's preferred leader, balancing, shutdown).
 
 mod catch_up;
+mod isr;
 mod shard;
 mod syncer;
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,7 +38,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::batcher::{Batcher, PartitionCommand, Work};
 use crate::error::{HelixError, Result};
 use crate::partition::{Partition, Recovered};
-use shard::{Shard, ShardInput};
+pub use shard::PAYLOAD_RAFT;
+use shard::{Shard, ShardContext, ShardInput};
 use syncer::Syncer;
 
 /// The three kinds of peer traffic, each on its own connection.
@@ -55,15 +59,6 @@ pub trait Outbox: Send + Sync + 'static {
     fn send(&self, to: NodeId, lane: Lane, payload: Bytes) -> bool;
 }
 
-/// A node without peers (a single node): nothing to send.
-pub struct NoPeers;
-
-impl Outbox for NoPeers {
-    fn send(&self, _to: NodeId, _lane: Lane, _payload: Bytes) -> bool {
-        false
-    }
-}
-
 /// Inputs waiting for one shard before senders wait (work) or inputs are
 /// dropped (ticks, peer messages: Raft recovers from either).
 const SHARD_QUEUE: usize = 8192;
@@ -78,6 +73,8 @@ pub struct HostSettings {
     pub tick: Duration,
     /// The group committer every log of the node shares (fsync durability).
     pub sync_group: helix_wal::SyncGroup,
+    /// A follower that has not caught up for this long leaves the ISR.
+    pub replica_lag: Duration,
 }
 
 /// The node's replicas.
@@ -86,6 +83,10 @@ pub struct ReplicaHost {
     shards: Vec<mpsc::Sender<ShardInput>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     syncer: Syncer,
+    /// Every replica being served, by group.
+    replicas: Arc<Mutex<HashMap<GroupId, Arc<Partition>>>>,
+    /// Bumped by the shards on every leadership or ISR change.
+    changes: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for ReplicaHost {
@@ -104,9 +105,19 @@ impl ReplicaHost {
         let syncer = Syncer::start(settings.sync_group.clone())?;
         let mut senders = Vec::with_capacity(count);
         let mut threads = Vec::with_capacity(count);
+        let changes = Arc::new(AtomicU64::new(0));
+        let tick_ms = settings.tick.as_millis().max(1) as u64;
+        let isr_lag_ticks = (settings.replica_lag.as_millis() as u64).div_ceil(tick_ms);
         for i in 0..count {
             let (tx, rx) = mpsc::channel(SHARD_QUEUE);
-            let shard = Shard::new(i, settings.node, outbox.clone(), syncer.clone(), tx.clone());
+            let cx = ShardContext {
+                node: settings.node,
+                outbox: outbox.clone(),
+                syncer: syncer.clone(),
+                isr_lag_ticks,
+                changes: changes.clone(),
+            };
+            let shard = Shard::new(i, cx, tx.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("helix-shard-{i}"))
                 .spawn(move || shard.run(rx))
@@ -119,6 +130,8 @@ impl ReplicaHost {
             shards: senders,
             threads: Mutex::new(threads),
             syncer,
+            replicas: Arc::new(Mutex::new(HashMap::new())),
+            changes,
         });
         tokio::spawn(tick(Arc::downgrade(&host), settings.tick));
         Ok(host)
@@ -148,8 +161,29 @@ impl ReplicaHost {
             .await
             .map_err(|_| HelixError::ShuttingDown)?;
         installed.await.map_err(|_| HelixError::ShuttingDown)??;
-        tokio::spawn(forward(batcher, id, shard));
+        self.lock_replicas().insert(id, partition.clone());
+        let registry = Arc::downgrade(&self.replicas);
+        tokio::spawn(async move {
+            forward(batcher, id, shard).await;
+            if let Some(r) = registry.upgrade() {
+                r.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            }
+        });
         Ok(partition)
+    }
+
+    /// Every replica this node serves.
+    pub fn replicas(&self) -> Vec<Arc<Partition>> {
+        self.lock_replicas().values().cloned().collect()
+    }
+
+    /// A counter that moves whenever a replica's leadership or ISR changes.
+    pub fn leadership_changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
+    }
+
+    fn lock_replicas(&self) -> std::sync::MutexGuard<'_, HashMap<GroupId, Arc<Partition>>> {
+        self.replicas.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     #[allow(dead_code)] // wired in with the peer transport (issue 17)

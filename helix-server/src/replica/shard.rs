@@ -9,11 +9,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use helix_raft::{GroupId, LogIndex, MessageBatch, MultiRaft, NodeId, RaftGroup, encode_batch};
 use tokio::sync::{mpsc, oneshot};
 
 use super::catch_up::CatchUps;
+use super::isr::IsrTracker;
 use super::syncer::Syncer;
 use super::{Lane, Outbox};
 use crate::batcher::Work;
@@ -59,28 +61,43 @@ pub struct Shard {
     /// Groups whose role, term or leader may have changed this round.
     touched: BTreeSet<GroupId>,
     ticked: bool,
+    /// Ticks seen, the clock of ISR bookkeeping.
+    ticks: u64,
+    /// ISR of the groups this node leads.
+    isr: HashMap<GroupId, IsrTracker>,
+    /// Ticks a follower may go without catching up and stay in the ISR.
+    isr_lag_ticks: u64,
+    /// Bumped on every leadership or ISR change (the gossip sends then).
+    changes: Arc<AtomicU64>,
+}
+
+/// What a shard shares with the host.
+pub struct ShardContext {
+    pub node: NodeId,
+    pub outbox: Arc<dyn Outbox>,
+    pub syncer: Syncer,
+    pub isr_lag_ticks: u64,
+    pub changes: Arc<AtomicU64>,
 }
 
 impl Shard {
-    pub fn new(
-        index: usize,
-        node: NodeId,
-        outbox: Arc<dyn Outbox>,
-        syncer: Syncer,
-        me: mpsc::Sender<ShardInput>,
-    ) -> Shard {
+    pub fn new(index: usize, cx: ShardContext, me: mpsc::Sender<ShardInput>) -> Shard {
         Shard {
             index,
-            multi: MultiRaft::new(node),
+            multi: MultiRaft::new(cx.node),
             states: HashMap::new(),
-            outbox,
-            syncer,
+            outbox: cx.outbox,
+            syncer: cx.syncer,
             me,
             catch_ups: CatchUps::default(),
             awaiting_sync: BTreeSet::new(),
             sync_in_flight: false,
             touched: BTreeSet::new(),
             ticked: false,
+            ticks: 0,
+            isr: HashMap::new(),
+            isr_lag_ticks: cx.isr_lag_ticks,
+            changes: cx.changes,
         }
     }
 
@@ -118,6 +135,7 @@ impl Shard {
             ShardInput::Tick => {
                 self.multi.tick();
                 self.ticked = true;
+                self.ticks += 1;
             }
             ShardInput::Install {
                 group,
@@ -288,19 +306,42 @@ impl Shard {
         }
     }
 
-    /// Publishes role, term and leader of every group that may have changed.
+    /// Publishes role, term and leader of every group that may have changed,
+    /// and after a tick the ISR of every group this node leads.
     fn publish_leadership(&mut self) {
-        let ids: Vec<GroupId> = if std::mem::take(&mut self.ticked) {
+        let ticked = std::mem::take(&mut self.ticked);
+        let ids: Vec<GroupId> = if ticked {
             self.touched.clear();
             self.states.keys().copied().collect()
         } else {
             std::mem::take(&mut self.touched).into_iter().collect()
         };
+        let me = self.multi.node();
         for id in ids {
-            if let (Some(group), Some(state)) = (self.multi.group(id), self.states.get_mut(&id))
-                && let Some(now) = state.leadership(group)
+            let (Some(group), Some(state)) = (self.multi.group(id), self.states.get_mut(&id))
+            else {
+                continue;
+            };
+            if let Some(now) = state.leadership(group) {
+                tracing::info!(group = id.0, role = ?now.role, term = now.term.0, leader = ?now.leader.map(|n| n.0), "leadership changed");
+                self.changes.fetch_add(1, Ordering::Relaxed);
+                if now.role != helix_raft::Role::Leader {
+                    self.isr.remove(&id);
+                }
+            }
+            if ticked
+                && group.role() == helix_raft::Role::Leader
+                && group.config().voters.len() > 1
+                && let Some(isr) = self.isr.entry(id).or_default().tick(
+                    self.ticks,
+                    me,
+                    &group.status(),
+                    self.isr_lag_ticks,
+                )
             {
-                tracing::debug!(group = id.0, role = ?now.role, term = now.term.0, leader = ?now.leader, "leadership changed");
+                tracing::info!(group = id.0, isr = ?isr.iter().map(|n| n.0).collect::<Vec<_>>(), "in-sync replicas changed");
+                state.publish_isr(isr);
+                self.changes.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -310,6 +351,7 @@ impl Shard {
         self.states.remove(&id);
         self.awaiting_sync.remove(&id);
         self.catch_ups.forget(id);
+        self.isr.remove(&id);
     }
 }
 

@@ -14,6 +14,9 @@ use serde::Deserialize;
 use crate::error::{HelixError, Result};
 use crate::group::GroupConfig;
 
+pub mod cluster;
+pub use cluster::{Cluster, NodeSpec};
+
 /// What "durable on one replica" means before a producer is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -130,6 +133,40 @@ pub struct Flags {
     /// snapshots its view and drops the log before it.
     #[arg(long)]
     pub group_snapshot_after_records: Option<u64>,
+    /// Replication factor of topics created without one (default: the
+    /// smaller of 3 and the number of nodes).
+    #[arg(long)]
+    pub default_replication_factor: Option<i16>,
+    /// A follower that has not caught up with the leader for this long
+    /// leaves the ISR (Kafka's `replica.lag.time.max.ms`).
+    #[arg(long)]
+    pub replica_lag_time_max_ms: Option<u64>,
+    /// Move leadership back to preferred replicas when they are in sync
+    /// (Kafka's `auto.leader.rebalance.enable`).
+    #[arg(long)]
+    pub auto_leader_rebalance_enable: Option<bool>,
+    /// How often preferred leaders are checked
+    /// (Kafka's `leader.imbalance.check.interval.seconds`, here in ms).
+    #[arg(long)]
+    pub leader_imbalance_check_interval_ms: Option<u64>,
+    /// Shard threads driving the Raft groups (default: one per core).
+    #[arg(long)]
+    pub shards: Option<usize>,
+    /// Length of a Raft tick in milliseconds.
+    #[arg(long)]
+    pub raft_tick_ms: Option<u64>,
+    /// Election timeout in ticks (randomised in [n, 2n)).
+    #[arg(long)]
+    pub raft_election_ticks: Option<u32>,
+    /// Leader heartbeat interval in ticks.
+    #[arg(long)]
+    pub raft_heartbeat_ticks: Option<u32>,
+    /// AppendEntries in flight per follower.
+    #[arg(long)]
+    pub raft_max_inflight_appends: Option<usize>,
+    /// Bytes of Raft log entries all groups of the node may hold in memory.
+    #[arg(long)]
+    pub raft_memory_budget_bytes: Option<usize>,
 }
 
 /// The TOML file: the same settings as [`Flags`], all optional.
@@ -162,6 +199,20 @@ struct FileConfig {
     group_max_session_timeout_ms: Option<i32>,
     group_max_size: Option<usize>,
     group_snapshot_after_records: Option<u64>,
+    default_replication_factor: Option<i16>,
+    replica_lag_time_max_ms: Option<u64>,
+    auto_leader_rebalance_enable: Option<bool>,
+    leader_imbalance_check_interval_ms: Option<u64>,
+    shards: Option<usize>,
+    raft_tick_ms: Option<u64>,
+    raft_election_ticks: Option<u32>,
+    raft_heartbeat_ticks: Option<u32>,
+    raft_max_inflight_appends: Option<usize>,
+    raft_memory_budget_bytes: Option<usize>,
+    /// The cluster's members; absent: a single node of its own.
+    nodes: Option<Vec<NodeSpec>>,
+    /// Overrides the cluster id derived from the member list.
+    cluster_id: Option<String>,
 }
 
 /// The effective configuration of this broker process.
@@ -217,6 +268,23 @@ pub struct Config {
     pub raft_heartbeat_ticks: u32,
     /// AppendEntries in flight per follower (default 5).
     pub raft_max_inflight_appends: usize,
+    /// Raft log bytes all groups of the node may hold in memory (default
+    /// 128 MiB); proposals wait (REQUEST_TIMED_OUT, retried) beyond it.
+    pub raft_memory_budget_bytes: usize,
+    /// The cluster (`[[nodes]]`); None: a single node of its own.
+    pub cluster: Option<Cluster>,
+    /// The cluster id; default derived from the member list (a single node
+    /// keeps a random one in its data directory).
+    pub cluster_id: Option<String>,
+    /// Default: the smaller of 3 and the number of nodes.
+    pub default_replication_factor: Option<i16>,
+    /// Default 10 s (Kafka: 30 s; Raft heartbeats every tick notice a
+    /// stalled follower much sooner).
+    pub replica_lag_time_max: Duration,
+    /// Default true, as Kafka.
+    pub auto_leader_rebalance_enable: bool,
+    /// Default 10 s (Kafka: 300 s).
+    pub leader_imbalance_check_interval: Duration,
 }
 
 impl Default for Config {
@@ -248,6 +316,13 @@ impl Default for Config {
             raft_election_ticks: 10,
             raft_heartbeat_ticks: 1,
             raft_max_inflight_appends: 5,
+            raft_memory_budget_bytes: 128 << 20,
+            cluster: None,
+            cluster_id: None,
+            default_replication_factor: None,
+            replica_lag_time_max: Duration::from_secs(10),
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval: Duration::from_secs(10),
         }
     }
 }
@@ -283,6 +358,31 @@ impl Config {
         set!(max_pending_bytes);
         set!(backpressure_mode);
         set!(max_connections);
+        set!(shards);
+        set!(raft_election_ticks);
+        set!(raft_heartbeat_ticks);
+        set!(raft_max_inflight_appends);
+        set!(raft_memory_budget_bytes);
+        set!(auto_leader_rebalance_enable);
+        c.default_replication_factor = flags
+            .default_replication_factor
+            .or(file.default_replication_factor);
+        if let Some(ms) = flags.raft_tick_ms.or(file.raft_tick_ms) {
+            c.raft_tick = Duration::from_millis(ms);
+        }
+        if let Some(ms) = flags
+            .replica_lag_time_max_ms
+            .or(file.replica_lag_time_max_ms)
+        {
+            c.replica_lag_time_max = Duration::from_millis(ms);
+        }
+        if let Some(ms) = flags
+            .leader_imbalance_check_interval_ms
+            .or(file.leader_imbalance_check_interval_ms)
+        {
+            c.leader_imbalance_check_interval = Duration::from_millis(ms);
+        }
+        c.cluster_id = file.cluster_id;
         macro_rules! set_group {
             ($flag:ident, $field:ident) => {
                 if let Some(v) = flags.$flag.or(file.$flag) {
@@ -306,10 +406,17 @@ impl Config {
         if let Some(us) = flags.batch_linger_us.or(file.batch_linger_us) {
             c.batch_linger = Duration::from_micros(us);
         }
-        c.advertised = flags
-            .advertised
-            .or(file.advertised)
-            .unwrap_or_else(|| c.listen.to_string());
+        let listen_given = flags.listen.is_some() || file.listen.is_some();
+        let mut advertised = flags.advertised.or(file.advertised);
+        if let Some(nodes) = file.nodes {
+            let cluster = Cluster::new(nodes, c.node_id)?;
+            if !listen_given {
+                c.listen = cluster.kafka_listen()?;
+            }
+            advertised = advertised.or_else(|| Some(cluster.this_node().kafka.clone()));
+            c.cluster = Some(cluster);
+        }
+        c.advertised = advertised.unwrap_or_else(|| c.listen.to_string());
         c.validate()?;
         Ok(c)
     }
@@ -344,14 +451,31 @@ impl Config {
         if advertised_host_port(&self.advertised).is_none() {
             return bad("advertised must be HOST:PORT");
         }
+        if self.shards == 0 || self.shards > 256 {
+            return bad("shards must be between 1 and 256");
+        }
+        if self.raft_tick.is_zero() || self.raft_tick > Duration::from_secs(10) {
+            return bad("raft_tick_ms must be between 1 and 10000");
+        }
+        if self.raft_heartbeat_ticks == 0 || self.raft_heartbeat_ticks >= self.raft_election_ticks {
+            return bad("raft_heartbeat_ticks must be at least 1 and below raft_election_ticks");
+        }
+        if self.raft_max_inflight_appends == 0 || self.raft_max_inflight_appends > 1024 {
+            return bad("raft_max_inflight_appends must be between 1 and 1024");
+        }
+        if self.raft_memory_budget_bytes < 1 << 20 {
+            return bad("raft_memory_budget_bytes must be at least 1 MiB");
+        }
+        let nodes = self.cluster.as_ref().map_or(1, |c| c.nodes.len());
+        if let Some(rf) = self.default_replication_factor
+            && (rf < 1 || rf as usize > nodes)
+        {
+            return Err(HelixError::Config(format!(
+                "default_replication_factor {rf}: must be between 1 and the {nodes} node(s)"
+            )));
+        }
         self.groups.validate().map_err(HelixError::Config)?;
         Ok(())
-    }
-
-    /// The advertised address split into host and port.
-    pub fn advertised_host_port(&self) -> (String, i32) {
-        advertised_host_port(&self.advertised)
-            .unwrap_or_else(|| (self.listen.ip().to_string(), i32::from(self.listen.port())))
     }
 }
 

@@ -1,0 +1,183 @@
+//! The cluster as this node sees it: its members and their addresses,
+//! which of them are alive, and who leads each group — what Metadata,
+//! DescribeCluster and FindCoordinator answer from.
+//!
+//! Leadership of a group comes from this node's own replica when it holds
+//! one (its Raft state), otherwise from the leaders' reports
+//! ([`leaders::LeaderTable`], fed by [`gossip`]). A member is alive when it
+//! is this node or the peer transport heard from it recently.
+
+pub mod gossip;
+pub mod leaders;
+pub mod peers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use helix_raft::{GroupId, NodeId, Role, Term};
+
+use crate::config::Config;
+use crate::error::{HelixError, Result};
+use crate::partition::Partition;
+use leaders::LeaderTable;
+
+/// A member of the cluster and where clients reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: NodeId,
+    pub host: String,
+    pub port: i32,
+}
+
+/// Tells whether a peer was heard from lately (the peer transport).
+pub trait Liveness: Send + Sync + 'static {
+    fn heard_within(&self, node: NodeId, within: Duration) -> bool;
+}
+
+/// A node alone hears nobody.
+pub struct Alone;
+
+impl Liveness for Alone {
+    fn heard_within(&self, _node: NodeId, _within: Duration) -> bool {
+        false
+    }
+}
+
+/// A peer silent for this long is taken to be down.
+pub const DOWN_AFTER: Duration = leaders::STALE_AFTER;
+
+/// What is known of a partition's leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leadership {
+    pub leader: NodeId,
+    pub term: Term,
+    pub isr: Vec<NodeId>,
+}
+
+/// The cluster view of this node.
+pub struct ClusterState {
+    pub me: NodeId,
+    /// Every member, sorted by id.
+    pub members: Vec<Member>,
+    pub leaders: LeaderTable,
+    liveness: std::sync::RwLock<Arc<dyn Liveness>>,
+}
+
+impl std::fmt::Debug for ClusterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterState")
+            .field("me", &self.me)
+            .field("members", &self.members)
+            .finish()
+    }
+}
+
+impl ClusterState {
+    /// The members from the configuration (a single node: just itself).
+    pub fn new(config: &Config) -> Result<ClusterState> {
+        let me = crate::broker::node_id(config)?;
+        let members = match &config.cluster {
+            Some(cluster) => cluster
+                .nodes
+                .iter()
+                .map(|n| member(n.id, &n.kafka))
+                .collect::<Result<Vec<_>>>()?,
+            None => vec![member(config.node_id, &config.advertised)?],
+        };
+        Ok(ClusterState {
+            me,
+            members,
+            leaders: LeaderTable::default(),
+            liveness: std::sync::RwLock::new(Arc::new(Alone)),
+        })
+    }
+
+    /// Where liveness comes from once the peer transport runs.
+    pub fn set_liveness(&self, liveness: Arc<dyn Liveness>) {
+        if let Ok(mut l) = self.liveness.write() {
+            *l = liveness;
+        }
+    }
+
+    pub fn member_ids(&self) -> Vec<NodeId> {
+        self.members.iter().map(|m| m.id).collect()
+    }
+
+    pub fn member(&self, id: NodeId) -> Option<&Member> {
+        self.members.iter().find(|m| m.id == id)
+    }
+
+    pub fn is_alive(&self, id: NodeId) -> bool {
+        id == self.me
+            || self
+                .liveness
+                .read()
+                .map(|l| l.heard_within(id, DOWN_AFTER))
+                .unwrap_or(false)
+    }
+
+    /// The members that are up, as clients should see them.
+    pub fn live_members(&self) -> Vec<&Member> {
+        self.members
+            .iter()
+            .filter(|m| self.is_alive(m.id))
+            .collect()
+    }
+
+    /// The leader of `group`: from the local replica if there is one (with
+    /// the ISR it computes as leader, or the leader's report of it),
+    /// otherwise from the leaders' reports; None while unknown or down.
+    pub fn leadership(&self, group: GroupId, local: Option<&Partition>) -> Option<Leadership> {
+        let reported = self.leaders.get(group);
+        let from_local = local.and_then(|p| {
+            let l = p.leadership();
+            match (l.role, l.leader) {
+                (Role::Leader, _) => Some(Leadership {
+                    leader: self.me,
+                    term: l.term,
+                    isr: p.isr(),
+                }),
+                (_, Some(leader)) => Some(Leadership {
+                    leader,
+                    term: l.term,
+                    isr: reported
+                        .as_ref()
+                        .filter(|r| r.leader == leader && r.term == l.term)
+                        .map(|r| r.isr.clone())
+                        .unwrap_or_default(),
+                }),
+                (_, None) => None,
+            }
+        });
+        let from_report = reported.map(|r| Leadership {
+            leader: r.leader,
+            term: r.term,
+            isr: r.isr,
+        });
+        let best = match (from_local, from_report) {
+            (Some(a), Some(b)) => Some(if b.term > a.term { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        best.filter(|l| self.is_alive(l.leader))
+    }
+
+    /// The node leading the controller (group 0).
+    pub fn controller(&self, local: &Partition) -> Option<NodeId> {
+        self.leadership(GroupId(0), Some(local)).map(|l| l.leader)
+    }
+}
+
+fn member(id: i32, kafka: &str) -> Result<Member> {
+    let (host, port) = kafka
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+        .ok_or_else(|| HelixError::Config(format!("node {id}: {kafka:?} is not HOST:PORT")))?;
+    Ok(Member {
+        id: NodeId(u64::try_from(id).map_err(|_| HelixError::Config("node id".into()))?),
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port: i32::from(port),
+    })
+}

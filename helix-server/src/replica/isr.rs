@@ -1,0 +1,115 @@
+//! The in-sync replicas of a group this node leads, as Kafka defines them:
+//! a follower stays in sync while it has caught up with the leader within
+//! the last `replica.lag.time.max.ms`. "Caught up" at a tick means its
+//! matched index reached the leader's last index of the previous tick (a
+//! follower under steady load is always a little behind the very end).
+//! A dead follower stops catching up and leaves after the lag time; ISR is
+//! reported, it does not gate acknowledgements (Raft's majority does).
+
+use std::collections::HashMap;
+
+use helix_raft::{LogIndex, NodeId, Status};
+
+/// One led group's ISR bookkeeping, in ticks.
+#[derive(Debug, Default)]
+pub struct IsrTracker {
+    caught_up_at: HashMap<NodeId, u64>,
+    last_index_before: LogIndex,
+    current: Vec<NodeId>,
+}
+
+impl IsrTracker {
+    /// Updates with the group's status at tick `now`; returns the new ISR
+    /// (leader first, then followers by id) when it changed.
+    pub fn tick(&mut self, now: u64, me: NodeId, status: &Status, lag: u64) -> Option<Vec<NodeId>> {
+        for f in &status.followers {
+            let at = self.caught_up_at.entry(f.node).or_insert(now);
+            if f.matched >= self.last_index_before {
+                *at = now;
+            }
+        }
+        self.last_index_before = status.last_index;
+        let mut isr = vec![me];
+        let mut followers: Vec<NodeId> = status
+            .followers
+            .iter()
+            .filter(|f| {
+                self.caught_up_at
+                    .get(&f.node)
+                    .is_some_and(|at| now.saturating_sub(*at) <= lag)
+            })
+            .map(|f| f.node)
+            .collect();
+        followers.sort();
+        isr.extend(followers);
+        if isr == self.current {
+            return None;
+        }
+        self.current = isr.clone();
+        Some(isr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use helix_raft::{FollowerStatus, Role, Term};
+
+    fn status(last: u64, followers: &[(u64, u64)]) -> Status {
+        Status {
+            role: Role::Leader,
+            term: Term(1),
+            leader: Some(NodeId(1)),
+            commit: LogIndex(last),
+            applied: LogIndex(last),
+            durable: LogIndex(last),
+            acknowledged: LogIndex(last),
+            last_index: LogIndex(last),
+            mem_start: LogIndex(1),
+            inmem_bytes: 0,
+            followers: followers
+                .iter()
+                .map(|(node, matched)| FollowerStatus {
+                    node: NodeId(*node),
+                    matched: LogIndex(*matched),
+                    next: LogIndex(matched + 1),
+                    durable: LogIndex(*matched),
+                    inflight: 0,
+                    catching_up: false,
+                })
+                .collect(),
+            elections_started: 0,
+            elections_won: 0,
+            wal_truncations: 0,
+        }
+    }
+
+    #[test]
+    fn a_follower_that_stops_catching_up_leaves_after_the_lag_and_returns() {
+        let mut t = IsrTracker::default();
+        let me = NodeId(1);
+        let all = vec![NodeId(1), NodeId(2), NodeId(3)];
+        assert_eq!(
+            t.tick(0, me, &status(10, &[(2, 10), (3, 10)]), 5),
+            Some(all.clone())
+        );
+        // Node 3 stops at 10 while the log grows (at tick 1 it still had
+        // all the leader had at tick 0); node 2 trails by a tick.
+        for now in 1..=6 {
+            let last = 10 + now * 10;
+            assert_eq!(
+                t.tick(now, me, &status(last, &[(2, last - 10), (3, 10)]), 5),
+                None
+            );
+        }
+        assert_eq!(
+            t.tick(7, me, &status(80, &[(2, 70), (3, 10)]), 5),
+            Some(vec![NodeId(1), NodeId(2)])
+        );
+        // Node 3 catches up again: back at once.
+        assert_eq!(
+            t.tick(8, me, &status(80, &[(2, 80), (3, 80)]), 5),
+            Some(all)
+        );
+    }
+}

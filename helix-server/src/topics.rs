@@ -1,0 +1,398 @@
+//! The topic table: what the controller says about every topic (id,
+//! configs, each partition's replica set) joined with this node's replicas
+//! of its partitions. It follows the controller's view: [`TopicTable::reconcile`]
+//! opens the replicas of new partitions hosted here, closes and deletes
+//! those of deleted topics, and reopens logs whose settings changed.
+//! Handlers read it through [`Topic::local`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use helix_raft::{GroupId, NodeId};
+use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup};
+
+use crate::batcher::BatchLimits;
+use crate::config::{Config, WriteDurability};
+use crate::controller::TopicRecord;
+use crate::controller::topic_config::EffectiveConfig;
+use crate::error::{HelixError, Result};
+use crate::partition::raft::{GroupSpec, RaftSettings};
+use crate::partition::{Partition, PartitionSettings, Recovered};
+use crate::replica::ReplicaHost;
+
+/// One partition of a topic.
+#[derive(Debug, Clone)]
+pub struct TopicPartition {
+    pub index: i32,
+    pub group: GroupId,
+    /// Preferred leader first.
+    pub replicas: Vec<NodeId>,
+    /// This node's replica, if it holds one.
+    pub local: Option<Arc<Partition>>,
+}
+
+/// A topic as this node knows it. Replaced as a whole when it changes.
+#[derive(Debug)]
+pub struct Topic {
+    pub name: String,
+    pub id: uuid::Uuid,
+    pub partitions: Vec<TopicPartition>,
+    /// Overrides set on the topic.
+    pub configs: std::collections::BTreeMap<String, String>,
+    pub effective: EffectiveConfig,
+    /// Kafka's internal topics (`__consumer_offsets`).
+    pub internal: bool,
+}
+
+/// The local replica of partition `index` of a topic looked up by name or
+/// (`by_id`) by id, or the error a client gets for it.
+pub fn replica(topic: Option<&Arc<Topic>>, index: i32, by_id: bool) -> Result<&Arc<Partition>> {
+    match topic {
+        Some(t) => t.local(index),
+        None if by_id => Err(HelixError::UnknownTopicId),
+        None => Err(HelixError::UnknownTopicOrPartition),
+    }
+}
+
+impl Topic {
+    /// This node's replica of partition `index`: UNKNOWN_TOPIC_OR_PARTITION
+    /// for an index the topic does not have, NOT_LEADER_OR_FOLLOWER when
+    /// another node holds it (the client asks Metadata again).
+    pub fn local(&self, index: i32) -> Result<&Arc<Partition>> {
+        let p = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+            .ok_or(HelixError::UnknownTopicOrPartition)?;
+        p.local.as_ref().ok_or(HelixError::NotLeader)
+    }
+
+    /// Every replica this node holds.
+    pub fn local_replicas(&self) -> impl Iterator<Item = &Arc<Partition>> {
+        self.partitions.iter().filter_map(|p| p.local.as_ref())
+    }
+}
+
+/// What every log of the node shares.
+#[derive(Debug, Clone)]
+pub struct LogShared {
+    /// One group commit for every log (fsync mode).
+    pub sync_group: SyncGroup,
+    /// One cap on mapped sealed segments for every log.
+    pub file_budget: FileBudget,
+}
+
+/// How replicas are opened on this node.
+#[derive(Debug, Clone)]
+pub struct ReplicaFactory {
+    pub config: Config,
+    pub node: NodeId,
+    pub logs: LogShared,
+    pub raft: RaftSettings,
+    pub host: Arc<ReplicaHost>,
+}
+
+/// Threads recovering partitions at once: their time is mostly fsync
+/// latency, which overlaps.
+const RECOVERY_THREADS: usize = 8;
+
+impl ReplicaFactory {
+    /// A partition log's settings from the node's and the topic's.
+    pub fn log_config(&self, effective: &EffectiveConfig) -> LogConfig {
+        LogConfig {
+            // Kafka's own floor for segment.bytes is 14; helix-wal takes any
+            // positive size up to its maximum.
+            segment_bytes: u64::try_from(effective.segment_bytes)
+                .unwrap_or(1 << 30)
+                .clamp(14, helix_wal::MAX_SEGMENT_BYTES),
+            retention_bytes: u64::try_from(effective.retention_bytes).ok(),
+            retention_ms: u64::try_from(effective.retention_ms).ok(),
+            durability: self.durability(),
+            sync_group: Some(self.logs.sync_group.clone()),
+            file_budget: Some(self.logs.file_budget.clone()),
+            ..LogConfig::default()
+        }
+    }
+
+    pub fn durability(&self) -> Durability {
+        match self.config.write_durability {
+            WriteDurability::ReplicationOnly => Durability::ReplicationOnly,
+            WriteDurability::Fsync => Durability::Fsync,
+        }
+    }
+
+    pub fn settings(
+        &self,
+        group: GroupId,
+        voters: Vec<NodeId>,
+        log: LogConfig,
+    ) -> PartitionSettings {
+        PartitionSettings {
+            spec: GroupSpec {
+                node: self.node,
+                group,
+                voters,
+                raft: self.raft.clone(),
+            },
+            batch: BatchLimits {
+                linger: self.config.batch_linger,
+                max_bytes: self.config.batch_max_bytes,
+                max_requests: self.config.batch_max_requests,
+            },
+            log,
+        }
+    }
+
+    /// Recovers replicas (blocking; up to [`RECOVERY_THREADS`] at once) and
+    /// hands them to the host, in order. A fresh replica whose preferred
+    /// leader is this node campaigns at once rather than after a timeout.
+    pub async fn open(
+        &self,
+        topic: &str,
+        wanted: Vec<(i32, PathBuf, PartitionSettings)>,
+    ) -> Result<Vec<(i32, Arc<Partition>)>> {
+        let per_thread = wanted.len().div_ceil(RECOVERY_THREADS).max(1);
+        let recovered: Vec<Result<Vec<(i32, bool, Recovered)>>> =
+            tokio::task::block_in_place(|| {
+                std::thread::scope(|scope| {
+                    let workers: Vec<_> = wanted
+                        .chunks(per_thread)
+                        .map(|chunk| {
+                            scope.spawn(move || {
+                                chunk
+                                    .iter()
+                                    .map(|(index, dir, settings)| {
+                                        let fresh = !dir.join("wal").exists();
+                                        let leads = settings.spec.voters.first()
+                                            == Some(&settings.spec.node);
+                                        crate::partition::recover(
+                                            dir,
+                                            topic,
+                                            *index,
+                                            settings.clone(),
+                                        )
+                                        .map(|r| (*index, fresh && leads, r))
+                                    })
+                                    .collect()
+                            })
+                        })
+                        .collect();
+                    workers
+                        .into_iter()
+                        .map(|w| {
+                            w.join().unwrap_or_else(|_| {
+                                Err(HelixError::CorruptState(
+                                    "partition recovery thread panicked".into(),
+                                ))
+                            })
+                        })
+                        .collect()
+                })
+            });
+        let mut opened = Vec::with_capacity(wanted.len());
+        for chunk in recovered {
+            for (index, campaign, r) in chunk? {
+                let p = self.host.install(r).await?;
+                if campaign && p.leadership().role != helix_raft::Role::Leader {
+                    self.host.campaign(p.group);
+                }
+                opened.push((index, p));
+            }
+        }
+        Ok(opened)
+    }
+}
+
+/// The topics of the cluster and this node's replicas of them.
+#[derive(Debug)]
+pub struct TopicTable {
+    factory: ReplicaFactory,
+    topics: RwLock<HashMap<String, Arc<Topic>>>,
+}
+
+/// The Raft group of partition `index` of the topic with id `id`: the same
+/// on every node, unique per (topic, partition).
+pub fn partition_group(id: &uuid::Uuid, index: i32) -> GroupId {
+    GroupId((id.as_u64_pair().0 & !0xffff) | (index as u64 & 0xffff))
+}
+
+impl TopicTable {
+    pub fn new(factory: ReplicaFactory) -> TopicTable {
+        TopicTable {
+            factory,
+            topics: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().ok()?.get(name).cloned()
+    }
+
+    pub fn by_id(&self, id: uuid::Uuid) -> Option<Arc<Topic>> {
+        self.topics
+            .read()
+            .ok()?
+            .values()
+            .find(|t| t.id == id)
+            .cloned()
+    }
+
+    /// Every topic, sorted by name.
+    pub fn all(&self) -> Vec<Arc<Topic>> {
+        let mut v: Vec<Arc<Topic>> = self
+            .topics
+            .read()
+            .map(|t| t.values().cloned().collect())
+            .unwrap_or_default();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Every replica this node holds, of every topic.
+    pub fn local_replicas(&self) -> Vec<Arc<Partition>> {
+        self.all()
+            .iter()
+            .flat_map(|t| t.local_replicas().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// Adds a topic that is not in the controller's view (internal topics),
+    /// its local replicas already open.
+    pub fn insert(&self, topic: Topic) {
+        if let Ok(mut topics) = self.topics.write() {
+            topics.insert(topic.name.clone(), Arc::new(topic));
+        }
+    }
+
+    /// Brings `name` in line with the controller's record of it (None:
+    /// deleted): opens, closes and reconfigures local replicas. Idempotent.
+    pub async fn reconcile(&self, name: &str, record: Option<&TopicRecord>) -> Result<()> {
+        let old = self.get(name);
+        match (old, record) {
+            (None, None) => Ok(()),
+            (Some(old), None) => {
+                self.remove(&old).await;
+                Ok(())
+            }
+            (Some(old), Some(rec)) if old.id != rec.id => {
+                self.remove(&old).await;
+                self.create(name, rec, None).await
+            }
+            (old, Some(rec)) => self.create(name, rec, old).await,
+        }
+    }
+
+    /// Installs `rec` as the topic, reusing the replicas `old` already has
+    /// open and opening the rest that live here.
+    async fn create(&self, name: &str, rec: &TopicRecord, old: Option<Arc<Topic>>) -> Result<()> {
+        let effective = EffectiveConfig::resolve(&rec.configs, &self.factory.config);
+        let log = self.factory.log_config(&effective);
+        let me = self.factory.node;
+        let mut partitions: Vec<TopicPartition> = rec
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(i, replicas)| TopicPartition {
+                index: i as i32,
+                group: partition_group(&rec.id, i as i32),
+                replicas: replicas.clone(),
+                local: old
+                    .as_ref()
+                    .and_then(|o| o.partitions.get(i))
+                    .and_then(|p| p.local.clone()),
+            })
+            .collect();
+        let wanted: Vec<(i32, PathBuf, PartitionSettings)> = partitions
+            .iter()
+            .filter(|p| p.local.is_none() && p.replicas.contains(&me))
+            .map(|p| {
+                (
+                    p.index,
+                    self.topic_dir(&rec.id).join(p.index.to_string()),
+                    self.factory
+                        .settings(p.group, p.replicas.clone(), log.clone()),
+                )
+            })
+            .collect();
+        for (index, p) in self.factory.open(name, wanted).await? {
+            partitions[index as usize].local = Some(p);
+        }
+        let log_settings_changed = old.as_ref().is_some_and(|o| {
+            o.effective.retention_ms != effective.retention_ms
+                || o.effective.retention_bytes != effective.retention_bytes
+                || o.effective.segment_bytes != effective.segment_bytes
+        });
+        let topic = Arc::new(Topic {
+            name: name.to_string(),
+            id: rec.id,
+            partitions,
+            configs: rec.configs.clone(),
+            effective,
+            internal: false,
+        });
+        if let Ok(mut topics) = self.topics.write() {
+            topics.insert(name.to_string(), topic.clone());
+        }
+        if old.is_none() {
+            tracing::info!(
+                topic = name,
+                partitions = rec.replicas.len(),
+                "topic created"
+            );
+        }
+        if log_settings_changed {
+            // helix-wal takes these at open: the replicas reopen their logs,
+            // then apply the new retention now rather than at the next sweep.
+            let now_ms = now_ms();
+            for p in topic.local_replicas() {
+                p.reconfigure(log.clone()).await;
+                p.retention(now_ms);
+            }
+        }
+        Ok(())
+    }
+
+    async fn remove(&self, topic: &Topic) {
+        if let Ok(mut topics) = self.topics.write() {
+            topics.remove(&topic.name);
+        }
+        let local: Vec<Arc<Partition>> = topic.local_replicas().cloned().collect();
+        // Stop the replicas before their files go.
+        crate::partition::close_all(&local).await;
+        let dir = self.topic_dir(&topic.id);
+        if dir.exists()
+            && let Err(e) = std::fs::remove_dir_all(&dir)
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's data");
+        }
+        tracing::info!(topic = %topic.name, "topic deleted");
+    }
+
+    fn topic_dir(&self, id: &uuid::Uuid) -> PathBuf {
+        self.factory
+            .config
+            .data_dir
+            .join("topics")
+            .join(id.simple().to_string())
+    }
+
+    /// Applies every topic's retention settings to its local replicas.
+    pub fn apply_retention(&self) {
+        let now_ms = now_ms();
+        for p in self.local_replicas() {
+            p.retention(now_ms);
+        }
+    }
+
+    /// Shutdown: every replica flushes and closes its log.
+    pub async fn close_all(&self) {
+        crate::partition::close_all(&self.local_replicas()).await;
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
