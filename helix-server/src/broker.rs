@@ -83,6 +83,9 @@ impl Broker {
                 tick: config.raft_tick,
                 sync_group: logs.sync_group.clone(),
                 replica_lag: config.replica_lag_time_max,
+                balance_every: config
+                    .auto_leader_rebalance_enable
+                    .then_some(config.leader_imbalance_check_interval),
             },
             link.clone(),
         )?;

@@ -16,6 +16,8 @@ use crate::error::{HelixError, Result};
 use crate::kafka::connection;
 use crate::metrics::metrics;
 
+/// How long shutdown waits for this node's groups to get other leaders.
+const STEP_DOWN_GRACE: Duration = Duration::from_secs(5);
 /// How long shutdown waits for connections to finish their in-flight work.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -99,8 +101,13 @@ pub async fn run(config: Config) -> Result<()> {
             }
         }
     }
-    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    tracing::info!(
+        "shutting down: no new connections, handing leadership over, finishing in-flight requests"
+    );
     drop(listener);
+    // Leaders first move away, so clients see NOT_LEADER_OR_FOLLOWER (and
+    // find the new leader) rather than a timeout on a vanished node.
+    broker.host.step_down(STEP_DOWN_GRACE).await;
     let _ = shutdown_tx.send(true);
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
         while connections.join_next().await.is_some() {}

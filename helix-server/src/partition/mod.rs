@@ -90,6 +90,8 @@ pub struct Recovered {
 pub struct Partition {
     pub index: i32,
     pub group: GroupId,
+    /// The group's voters, preferred leader first.
+    voters: Vec<NodeId>,
     commands: mpsc::Sender<PartitionCommand>,
     published: Arc<Published>,
 }
@@ -150,6 +152,7 @@ pub fn recover(
         partition: Arc::new(Partition {
             index,
             group: settings.spec.group,
+            voters: settings.spec.voters.clone(),
             commands: tx,
             published,
         }),
@@ -238,6 +241,11 @@ impl Partition {
             e if e > epoch => Err(HelixError::UnknownLeaderEpoch),
             _ => Ok(()),
         }
+    }
+
+    /// The group's voters (its replicas), preferred leader first.
+    pub fn voters(&self) -> &[NodeId] {
+        &self.voters
     }
 
     /// The current leader epoch (= Raft term).

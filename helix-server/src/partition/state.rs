@@ -399,6 +399,15 @@ impl PartitionState {
         Some(now)
     }
 
+    /// The in-sync replicas last published.
+    pub fn isr(&self) -> Vec<helix_raft::NodeId> {
+        self.published
+            .isr
+            .lock()
+            .map(|i| i.clone())
+            .unwrap_or_default()
+    }
+
     /// Publishes the in-sync replicas computed by the leader's shard.
     pub fn publish_isr(&self, isr: Vec<helix_raft::NodeId>) {
         if let Ok(mut i) = self.published.isr.lock() {

@@ -75,6 +75,9 @@ pub struct HostSettings {
     pub sync_group: helix_wal::SyncGroup,
     /// A follower that has not caught up for this long leaves the ISR.
     pub replica_lag: Duration,
+    /// How often led groups are handed back to their preferred leaders
+    /// (None: never).
+    pub balance_every: Option<Duration>,
 }
 
 /// The node's replicas.
@@ -108,6 +111,9 @@ impl ReplicaHost {
         let changes = Arc::new(AtomicU64::new(0));
         let tick_ms = settings.tick.as_millis().max(1) as u64;
         let isr_lag_ticks = (settings.replica_lag.as_millis() as u64).div_ceil(tick_ms);
+        let balance_every = settings
+            .balance_every
+            .map(|d| (d.as_millis() as u64).div_ceil(tick_ms).max(1));
         for i in 0..count {
             let (tx, rx) = mpsc::channel(SHARD_QUEUE);
             let cx = ShardContext {
@@ -116,6 +122,7 @@ impl ReplicaHost {
                 syncer: syncer.clone(),
                 isr_lag_ticks,
                 changes: changes.clone(),
+                balance_every,
             };
             let shard = Shard::new(i, cx, tx.clone());
             let thread = std::thread::Builder::new()
@@ -228,6 +235,31 @@ impl ReplicaHost {
         let _ = self
             .shard_of(group)
             .try_send(ShardInput::TransferLeader(group, to));
+    }
+
+    /// Graceful shutdown, first step: hands every group this node leads to
+    /// a follower, and waits (at most `within`) until it leads none.
+    pub async fn step_down(&self, within: Duration) {
+        for s in &self.shards {
+            let _ = s.send(ShardInput::StepDownAll).await;
+        }
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let leading = self
+                .replicas()
+                .iter()
+                .filter(|p| p.leadership().role == helix_raft::Role::Leader)
+                .filter(|p| p.voters().len() > 1)
+                .count();
+            if leading == 0 {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(leading, "still leading some groups at shutdown");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Stops the shard threads (every partition closed first by the caller).

@@ -41,6 +41,8 @@ pub enum ShardInput {
     Peer(MessageBatch),
     Campaign(GroupId),
     TransferLeader(GroupId, NodeId),
+    /// Graceful shutdown: hand every led group to its best follower.
+    StepDownAll,
     /// The syncer finished a round asked for by this shard.
     Synced,
     Stop,
@@ -69,6 +71,9 @@ pub struct Shard {
     isr_lag_ticks: u64,
     /// Bumped on every leadership or ISR change (the gossip sends then).
     changes: Arc<AtomicU64>,
+    /// Every this many ticks, led groups whose preferred leader is another
+    /// caught-up node hand leadership back to it (None: never).
+    balance_every: Option<u64>,
 }
 
 /// What a shard shares with the host.
@@ -78,6 +83,7 @@ pub struct ShardContext {
     pub syncer: Syncer,
     pub isr_lag_ticks: u64,
     pub changes: Arc<AtomicU64>,
+    pub balance_every: Option<u64>,
 }
 
 impl Shard {
@@ -98,6 +104,7 @@ impl Shard {
             isr: HashMap::new(),
             isr_lag_ticks: cx.isr_lag_ticks,
             changes: cx.changes,
+            balance_every: cx.balance_every,
         }
     }
 
@@ -136,7 +143,14 @@ impl Shard {
                 self.multi.tick();
                 self.ticked = true;
                 self.ticks += 1;
+                if self
+                    .balance_every
+                    .is_some_and(|every| self.ticks.is_multiple_of(every))
+                {
+                    self.restore_preferred_leaders();
+                }
             }
+            ShardInput::StepDownAll => self.step_down_all(),
             ShardInput::Install {
                 group,
                 state,
@@ -342,6 +356,63 @@ impl Shard {
                 tracing::info!(group = id.0, isr = ?isr.iter().map(|n| n.0).collect::<Vec<_>>(), "in-sync replicas changed");
                 state.publish_isr(isr);
                 self.changes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Leader balancing (Kafka's auto.leader.rebalance): a group led here
+    /// whose preferred leader (first replica) is another node, in the ISR
+    /// and fully caught up, is handed back to it; so leadership returns to
+    /// where placement spread it once a restarted node has caught up.
+    fn restore_preferred_leaders(&mut self) {
+        let me = self.multi.node();
+        let ids: Vec<GroupId> = self.states.keys().copied().collect();
+        for id in ids {
+            let Some(g) = self.multi.group_mut(id) else {
+                continue;
+            };
+            let Some(&preferred) = g.config().voters.first() else {
+                continue;
+            };
+            if g.role() != helix_raft::Role::Leader || preferred == me {
+                continue;
+            }
+            let status = g.status();
+            let caught_up = status
+                .followers
+                .iter()
+                .any(|f| f.node == preferred && f.matched == status.last_index);
+            let in_sync = self
+                .states
+                .get(&id)
+                .is_some_and(|s| s.isr().contains(&preferred));
+            if caught_up && in_sync {
+                tracing::info!(
+                    group = id.0,
+                    to = preferred.0,
+                    "handing leadership back to the preferred replica"
+                );
+                g.transfer_leader(preferred);
+                self.touched.insert(id);
+            }
+        }
+    }
+
+    /// Graceful shutdown: every group led here is handed to its most
+    /// caught-up follower, so clients see one retriable error, not a timeout.
+    fn step_down_all(&mut self) {
+        let ids: Vec<GroupId> = self.states.keys().copied().collect();
+        for id in ids {
+            let Some(g) = self.multi.group_mut(id) else {
+                continue;
+            };
+            if g.role() != helix_raft::Role::Leader {
+                continue;
+            }
+            let status = g.status();
+            if let Some(best) = status.followers.iter().max_by_key(|f| (f.matched, f.node)) {
+                g.transfer_leader(best.node);
+                self.touched.insert(id);
             }
         }
     }
