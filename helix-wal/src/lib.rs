@@ -40,7 +40,7 @@ pub use log::PartitionLog;
 pub use positions::EntryStream;
 pub use reader::LogReader;
 pub use retention::RetentionOutcome;
-pub use sync::{SyncGroup, SyncMethod, SyncStats};
+pub use sync::{SyncGroup, SyncMethod, SyncStats, sync_filesystem};
 pub use types::{
     AppendCheck, AppendInfo, DamagedRange, EpochEnd, RaftPosition, ReadResult, Recovery,
     TruncatedTail,

@@ -46,16 +46,40 @@ impl HardStateFile {
         })
     }
 
-    pub fn store(&self, hs: HardState) -> Result<()> {
+    /// Replaces the file (write and rename) without making it durable.
+    fn stage(&self, hs: HardState) -> Result<()> {
         let tmp = self.path.with_extension("tmp");
         let text = format!("{} {}\n", hs.term.0, hs.voted_for.map_or(0, |n| n.0));
         std::fs::write(&tmp, text)?;
-        std::fs::File::open(&tmp)?.sync_all()?;
         std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
+        Ok(())
+    }
+
+    /// Stores every vote, durable when this returns: all files written and
+    /// renamed first, then one `syncfs` per filesystem they are on, so a
+    /// round that changed the votes of many groups costs one flush.
+    pub fn store_all<'a>(
+        votes: impl IntoIterator<Item = (&'a HardStateFile, HardState)>,
+    ) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let mut filesystems: Vec<(u64, PathBuf)> = Vec::new();
+        for (file, hs) in votes {
+            file.stage(hs)?;
+            let dir = file.path.parent().unwrap_or(Path::new(".")).to_path_buf();
+            let dev = std::fs::metadata(&dir)?.dev();
+            if !filesystems.iter().any(|(d, _)| *d == dev) {
+                filesystems.push((dev, dir));
+            }
+        }
+        for (_, dir) in filesystems {
+            helix_wal::sync_filesystem(&dir)?;
         }
         Ok(())
+    }
+
+    #[cfg(test)]
+    pub fn store(&self, hs: HardState) -> Result<()> {
+        HardStateFile::store_all([(self, hs)])
     }
 }
 

@@ -20,6 +20,7 @@ use super::syncer::Syncer;
 use super::{Lane, Outbox};
 use crate::batcher::Work;
 use crate::error::{HelixError, Result};
+use crate::partition::raft::HardStateFile;
 use crate::partition::state::PartitionState;
 
 /// Inputs handled before the groups are driven (a bound on a round).
@@ -243,12 +244,27 @@ impl Shard {
     fn round(&mut self) {
         let mut ready = self.multi.ready();
         let mut failed: Vec<(GroupId, HelixError)> = Vec::new();
-        // 1. Votes first: nothing that depends on them leaves before.
-        for (id, rd) in &ready.groups {
-            if let (Some(hs), Some(state)) = (rd.hard_state, self.states.get(id))
-                && let Err(e) = state.hard_state.store(hs)
-            {
-                failed.push((*id, e));
+        // 1. Votes first, durable in one flush for the whole round: nothing
+        // that depends on them leaves before.
+        let votes: Vec<(GroupId, &HardStateFile, helix_raft::HardState)> = ready
+            .groups
+            .iter()
+            .filter_map(|(id, rd)| {
+                let hs = rd.hard_state?;
+                Some((*id, &self.states.get(id)?.hard_state, hs))
+            })
+            .collect();
+        if !votes.is_empty() {
+            let stored = HardStateFile::store_all(votes.iter().map(|(_, f, hs)| (*f, *hs)));
+            if let Err(e) = stored {
+                // Which vote failed is unknown: none of them may be relied on.
+                tracing::error!(error = %e, "cannot persist Raft votes");
+                for (id, _, _) in &votes {
+                    failed.push((
+                        *id,
+                        HelixError::CorruptState(format!("vote not persisted: {e}")),
+                    ));
+                }
             }
         }
         // 2-3. Truncate, append, report what is durable.
