@@ -61,6 +61,8 @@ pub struct Counters {
     /// Peer messages dropped: a full shard queue or transport lane, or a
     /// peer that is down (Raft resends).
     pub peer_drops: AtomicU64,
+    /// Raft entries streamed from a leader's WAL to catch a follower up.
+    pub catch_up_entries: AtomicU64,
     /// Fetch responses encoded by copying records because their splice
     /// markers were not found unambiguously (expected: 0).
     pub fetch_copy_fallbacks: AtomicU64,

@@ -11,6 +11,9 @@ pub mod gossip;
 pub mod leaders;
 pub mod peers;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 use std::time::Duration;
 

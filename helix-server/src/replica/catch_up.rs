@@ -102,8 +102,13 @@ impl CatchUps {
                 let Some(last) = entries.last().map(|e| e.index) else {
                     return false;
                 };
+                let count = entries.len() as u64;
                 match g.catch_up(*to, entries) {
                     Ok(more) => {
+                        crate::metrics::Metrics::count(
+                            &crate::metrics::metrics().counters.catch_up_entries,
+                            count,
+                        );
                         cursor.in_flight.push_back((last, bytes));
                         pending += bytes;
                         if !more {

@@ -1,0 +1,467 @@
+//! Three whole brokers in one process, their peer links in memory: the
+//! controller, placement, replication, leadership view, forwarding and
+//! failover of real brokers (real WALs, real Raft), without sockets. The
+//! same behaviour over the real transport and real processes is tested by
+//! tests/test_cluster*.py.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use helix_raft::NodeId;
+
+use super::peers::{BoxFuture, PeerLink};
+use crate::broker::Broker;
+use crate::config::{Cluster, Config, NodeSpec};
+use crate::error::{HelixError, Result};
+use crate::replica::Lane;
+
+/// The in-memory network: every broker by node id; links can be cut.
+#[derive(Default)]
+struct Net {
+    brokers: Mutex<HashMap<u64, Weak<Broker>>>,
+    cut: Mutex<Vec<(u64, u64)>>,
+}
+
+impl Net {
+    fn linked(&self, a: u64, b: u64) -> bool {
+        let cut = self.cut.lock().expect("lock");
+        !cut.contains(&(a, b)) && !cut.contains(&(b, a))
+    }
+
+    fn broker(&self, id: u64) -> Option<Arc<Broker>> {
+        self.brokers.lock().expect("lock").get(&id)?.upgrade()
+    }
+}
+
+struct MemLink {
+    me: u64,
+    net: Arc<Net>,
+}
+
+impl PeerLink for MemLink {
+    fn send(&self, to: NodeId, _lane: Lane, payload: Bytes) -> bool {
+        if !self.net.linked(self.me, to.0) {
+            return false;
+        }
+        match self.net.broker(to.0) {
+            Some(b) => {
+                b.peers.deliver(NodeId(self.me), vec![payload]);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn call(&self, to: NodeId, request: Bytes, _timeout: Duration) -> BoxFuture<Result<Bytes>> {
+        let target = self
+            .net
+            .linked(self.me, to.0)
+            .then(|| self.net.broker(to.0))
+            .flatten();
+        let me = NodeId(self.me);
+        Box::pin(async move {
+            let b = target.ok_or(HelixError::NotController)?;
+            b.peers
+                .call(me, request)
+                .await
+                .map_err(|e| HelixError::Remote(-1, e))
+        })
+    }
+
+    fn heard_within(&self, node: NodeId, _within: Duration) -> bool {
+        self.net.linked(self.me, node.0) && self.net.broker(node.0).is_some()
+    }
+}
+
+struct TestCluster {
+    net: Arc<Net>,
+    brokers: Vec<Option<Arc<Broker>>>,
+    dirs: Vec<tempfile::TempDir>,
+    nodes: Vec<NodeSpec>,
+}
+
+impl TestCluster {
+    async fn start(n: usize) -> TestCluster {
+        let nodes: Vec<NodeSpec> = (1..=n as i32)
+            .map(|id| NodeSpec {
+                id,
+                kafka: format!("127.0.0.1:{}", 19000 + id),
+                peer: format!("127.0.0.1:{}", 19100 + id),
+            })
+            .collect();
+        let mut c = TestCluster {
+            net: Arc::new(Net::default()),
+            brokers: vec![None; n],
+            dirs: (0..n)
+                .map(|_| tempfile::tempdir().expect("tempdir"))
+                .collect(),
+            nodes,
+        };
+        // All at once, as a cluster starts.
+        let opening: Vec<_> = (0..n).map(|i| tokio::spawn(c.open(i))).collect();
+        for (i, handle) in opening.into_iter().enumerate() {
+            c.brokers[i] = Some(handle.await.expect("open task"));
+        }
+        c
+    }
+
+    fn open(&self, i: usize) -> impl std::future::Future<Output = Arc<Broker>> + use<> {
+        let config = Config {
+            node_id: i as i32 + 1,
+            data_dir: self.dirs[i].path().to_path_buf(),
+            cluster: Some(Cluster::new(self.nodes.clone(), i as i32 + 1).expect("cluster")),
+            advertised: self.nodes[i].kafka.clone(),
+            replica_lag_time_max: Duration::from_millis(1500),
+            leader_imbalance_check_interval: Duration::from_millis(500),
+            groups: crate::group::GroupConfig {
+                coordinator_partitions: 4,
+                ..Default::default()
+            },
+            ..Config::default()
+        };
+        let net = self.net.clone();
+        async move {
+            let b = Broker::open(config).await.expect("open broker");
+            net.brokers
+                .lock()
+                .expect("lock")
+                .insert(i as u64 + 1, Arc::downgrade(&b));
+            b.link.set(Arc::new(MemLink {
+                me: i as u64 + 1,
+                net: net.clone(),
+            }));
+            b
+        }
+    }
+
+    fn broker(&self, id: u64) -> &Arc<Broker> {
+        self.brokers[id as usize - 1]
+            .as_ref()
+            .expect("broker is up")
+    }
+}
+
+impl TestCluster {
+    /// Cuts every link of `id` (a network partition around it).
+    fn isolate(&self, id: u64) {
+        let mut cut = self.net.cut.lock().expect("lock");
+        for other in 1..=self.nodes.len() as u64 {
+            if other != id {
+                cut.push((id, other));
+            }
+        }
+    }
+
+    fn heal(&self) {
+        self.net.cut.lock().expect("lock").clear();
+    }
+
+    fn ids(&self) -> Vec<u64> {
+        (1..=self.nodes.len() as u64).collect()
+    }
+
+    async fn close(self) {
+        for b in self.brokers.iter().flatten() {
+            b.close_all().await;
+        }
+    }
+}
+
+async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The node that leads partition `p` of `topic`, as `on` sees it.
+fn leader_of(on: &Broker, topic: &str, p: i32) -> Option<u64> {
+    let t = on.topic(topic)?;
+    let tp = t.partitions.get(p as usize)?;
+    on.cluster
+        .leadership(tp.group, tp.local.as_deref())
+        .map(|l| l.leader.0)
+}
+
+/// Produces `values` as one batch (acks=all) to partition `p` on `b`.
+async fn produce(b: &Broker, topic: &str, p: i32, values: &[&[u8]]) -> Result<i64> {
+    let batch = crate::partition::batch::tests::make_batch(values, -1, -1, 1000);
+    let t = b.topic(topic).ok_or(HelixError::UnknownTopicOrPartition)?;
+    let part = t.local(p)?.clone();
+    part.check_leader(-1)?;
+    let batches: Vec<Bytes> = crate::partition::batch::validate(&batch, i32::MAX)?
+        .into_iter()
+        .map(|v| v.bytes)
+        .collect();
+    let room = b
+        .backpressure
+        .acquire(batch.len(), Duration::from_secs(5))
+        .await?;
+    let (reply, rx) = tokio::sync::oneshot::channel();
+    part.produce(crate::batcher::PendingProduce {
+        batches,
+        size: batch.len(),
+        acks: -1,
+        reply: Some(reply),
+        enqueued: std::time::Instant::now(),
+        room,
+    })
+    .await?;
+    let ack = tokio::time::timeout(Duration::from_secs(10), rx)
+        .await
+        .map_err(|_| HelixError::Timeout("ack"))?
+        .map_err(|_| HelixError::ShuttingDown)??;
+    Ok(ack.base_offset)
+}
+
+/// The bytes of a replica's whole log.
+fn log_bytes(b: &Broker, topic: &str, p: i32) -> Vec<u8> {
+    let part = b
+        .topic(topic)
+        .expect("topic")
+        .local(p)
+        .expect("local")
+        .clone();
+    let reader = part.reader();
+    let mut out = Vec::new();
+    let mut from = reader.log_start_offset();
+    while from < reader.next_offset() {
+        let r = reader.read(from, 1 << 20).expect("read");
+        out.extend_from_slice(&r.bytes);
+        from = r.next_offset;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_created_anywhere_is_replicated_byte_for_byte_and_led_by_its_preferred_replicas() {
+    let c = TestCluster::start(3).await;
+    // Ask a node that does not lead the controller: the command is forwarded.
+    wait_until("a controller leader", || {
+        c.broker(1).controller_id().is_some()
+    })
+    .await;
+    let controller = c.broker(1).controller_id().expect("leader").0;
+    let asker = c
+        .ids()
+        .into_iter()
+        .find(|n| *n != controller)
+        .expect("another node");
+    c.broker(asker)
+        .create_topic("t", 3, 3, None, Default::default(), false)
+        .await
+        .expect("created through a follower of the controller");
+    for id in c.ids() {
+        let b = c.broker(id);
+        wait_until("the topic everywhere", || b.topic("t").is_some()).await;
+        let t = b.topic("t").expect("topic");
+        assert_eq!(t.partitions.len(), 3);
+        assert!(
+            t.partitions
+                .iter()
+                .all(|p| p.replicas.len() == 3 && p.local.is_some())
+        );
+    }
+    let preferred: Vec<u64> = c
+        .broker(1)
+        .topic("t")
+        .expect("topic")
+        .partitions
+        .iter()
+        .map(|p| p.replicas[0].0)
+        .collect();
+    let mut sorted = preferred.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec![1, 2, 3], "one preferred leader per node");
+    for p in 0..3 {
+        wait_until("every node to agree on the preferred leader", || {
+            c.ids()
+                .iter()
+                .all(|id| leader_of(c.broker(*id), "t", p) == Some(preferred[p as usize]))
+        })
+        .await;
+    }
+    for p in 0..3 {
+        let leader = c.broker(preferred[p as usize]);
+        for k in 0..20u8 {
+            produce(leader, "t", p, &[&[k; 100], b"second record"])
+                .await
+                .expect("acknowledged");
+        }
+        // A follower answers NOT_LEADER_OR_FOLLOWER.
+        let follower = c
+            .ids()
+            .into_iter()
+            .find(|n| *n != preferred[p as usize])
+            .expect("follower");
+        assert!(matches!(
+            produce(c.broker(follower), "t", p, &[b"x"]).await,
+            Err(HelixError::NotLeader)
+        ));
+        let want = log_bytes(leader, "t", p);
+        let end = leader
+            .topic("t")
+            .expect("t")
+            .local(p)
+            .expect("local")
+            .log_end_offset();
+        assert_eq!(end, 40, "20 batches of 2 records");
+        for id in c.ids() {
+            wait_until("every replica to hold the same bytes", || {
+                log_bytes(c.broker(id), "t", p) == want
+            })
+            .await;
+        }
+    }
+    c.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_stops_acknowledging_the_majority_carries_on_and_it_rejoins() {
+    let c = TestCluster::start(3).await;
+    c.broker(1)
+        .create_topic("f", 1, 3, None, Default::default(), false)
+        .await
+        .expect("created");
+    wait_until("a leader", || leader_of(c.broker(1), "f", 0).is_some()).await;
+    let old = leader_of(c.broker(1), "f", 0).expect("leader");
+    let mut acked = Vec::new();
+    for k in 0..10u8 {
+        let offset = produce(c.broker(old), "f", 0, &[&[k; 50]])
+            .await
+            .expect("acked");
+        acked.push((offset, k));
+    }
+    c.isolate(old);
+    // Alone it can never acknowledge: the write fails (it steps down once
+    // it has not heard a majority for an election timeout).
+    assert!(produce(c.broker(old), "f", 0, &[b"lost"]).await.is_err());
+    let others: Vec<u64> = c.ids().into_iter().filter(|n| *n != old).collect();
+    wait_until("a new leader among the majority", || {
+        leader_of(c.broker(others[0]), "f", 0).is_some_and(|l| l != old)
+    })
+    .await;
+    let new = leader_of(c.broker(others[0]), "f", 0).expect("new leader");
+    for k in 10..20u8 {
+        let offset = produce(c.broker(new), "f", 0, &[&[k; 50]])
+            .await
+            .expect("acked by the majority");
+        acked.push((offset, k));
+    }
+    c.heal();
+    // The old leader rejoins as a follower, catches up, and (being the
+    // preferred replica) gets the leadership back.
+    let want = log_bytes(c.broker(new), "f", 0);
+    wait_until("the old leader to catch up", || {
+        log_bytes(c.broker(old), "f", 0) == want
+    })
+    .await;
+    wait_until("leadership back on the preferred replica", || {
+        c.ids()
+            .iter()
+            .all(|id| leader_of(c.broker(*id), "f", 0) == Some(old))
+    })
+    .await;
+    let part = c
+        .broker(old)
+        .topic("f")
+        .expect("f")
+        .local(0)
+        .expect("local")
+        .clone();
+    for (offset, k) in acked {
+        let bytes = part.read(offset, 1).expect("read");
+        let h = crate::partition::batch::parse_header(&bytes).expect("batch");
+        assert_eq!(h.base_offset, offset);
+        assert!(
+            bytes.windows(50).any(|w| w == [k; 50]),
+            "record {k} at {offset}"
+        );
+    }
+    c.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_the_leaders_memory_is_caught_up_from_the_wal() {
+    let c = TestCluster::start(3).await;
+    c.broker(1)
+        .create_topic("w", 1, 3, None, Default::default(), false)
+        .await
+        .expect("created");
+    wait_until("a leader", || leader_of(c.broker(1), "w", 0).is_some()).await;
+    let leader = leader_of(c.broker(1), "w", 0).expect("leader");
+    let behind = c
+        .ids()
+        .into_iter()
+        .find(|n| *n != leader)
+        .expect("follower");
+    c.isolate(behind);
+    let big = vec![7u8; 256 << 10];
+    // 96 MiB: more than the node's Raft memory budget (64 MiB per group),
+    // so the leader releases what only the missing follower still needs.
+    for _ in 0..384 {
+        produce(c.broker(leader), "w", 0, &[&big])
+            .await
+            .expect("acked by two");
+    }
+    let streamed = crate::metrics::metrics()
+        .counters
+        .catch_up_entries
+        .load(std::sync::atomic::Ordering::Relaxed);
+    c.heal();
+    let want = c
+        .broker(leader)
+        .topic("w")
+        .expect("w")
+        .local(0)
+        .expect("local")
+        .log_end_offset();
+    let follower = c
+        .broker(behind)
+        .topic("w")
+        .expect("w")
+        .local(0)
+        .expect("local")
+        .clone();
+    wait_until("the follower to catch up", || {
+        follower.log_end_offset() == want
+    })
+    .await;
+    let now = crate::metrics::metrics()
+        .counters
+        .catch_up_entries
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(now > streamed, "the entries came from the leader's WAL");
+    assert_eq!(
+        log_bytes(c.broker(behind), "w", 0),
+        log_bytes(c.broker(leader), "w", 0)
+    );
+    assert_eq!(
+        leader_of(c.broker(behind), "w", 0),
+        Some(NodeId(leader).0),
+        "no election on the way"
+    );
+    c.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_ids_come_in_disjoint_blocks_from_the_controller() {
+    let c = TestCluster::start(3).await;
+    let mut all = Vec::new();
+    for id in c.ids() {
+        for _ in 0..3 {
+            all.push(c.broker(id).next_producer_id().await.expect("producer id"));
+        }
+    }
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), all.len(), "ids reused across nodes: {all:?}");
+    c.close().await;
+}
