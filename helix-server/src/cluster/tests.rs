@@ -465,3 +465,99 @@ async fn producer_ids_come_in_disjoint_blocks_from_the_controller() {
     assert_eq!(unique.len(), all.len(), "ids reused across nodes: {all:?}");
     c.close().await;
 }
+
+/// FindCoordinator v3 for `group` on broker `on`: the node, or None.
+async fn coordinator(on: &Arc<Broker>, group: &str) -> Option<i32> {
+    use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
+    use kafka_protocol::protocol::{Decodable, StrBytes};
+    let req = FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.into()));
+    let mut out = crate::kafka::tests::roundtrip(on, ApiKey::FindCoordinator, 3, &req.into()).await;
+    let resp = FindCoordinatorResponse::decode(&mut out, 3).expect("decode");
+    (resp.error_code == 0).then_some(resp.node_id.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_acknowledged_before_the_coordinator_is_cut_off_is_served_by_the_next() {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::{Decodable, StrBytes};
+    let c = TestCluster::start(3).await;
+    c.broker(1)
+        .create_topic("t", 1, 3, None, Default::default(), false)
+        .await
+        .expect("created");
+    let group = "g-failover";
+    let mut first = None;
+    wait_until("a coordinator every node agrees on", || {
+        let answers: Vec<Option<i32>> = c
+            .ids()
+            .iter()
+            .map(|id| futures_now(coordinator(c.broker(*id), group)))
+            .collect();
+        first = answers[0];
+        first.is_some() && answers.iter().all(|a| *a == first)
+    })
+    .await;
+    let old = first.expect("coordinator") as u64;
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            offset_commit_request::OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partitions(vec![
+                    offset_commit_request::OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(42),
+                ]),
+        ]);
+    let mut out =
+        crate::kafka::tests::roundtrip(c.broker(old), ApiKey::OffsetCommit, 8, &commit.into())
+            .await;
+    let resp = OffsetCommitResponse::decode(&mut out, 8).expect("decode");
+    assert_eq!(
+        resp.topics[0].partitions[0].error_code, 0,
+        "commit acknowledged"
+    );
+    c.isolate(old);
+    let others: Vec<u64> = c.ids().into_iter().filter(|n| *n != old).collect();
+    let mut new = None;
+    wait_until("another coordinator", || {
+        new = futures_now(coordinator(c.broker(others[0]), group));
+        new.is_some_and(|n| n as u64 != old)
+    })
+    .await;
+    let new = new.expect("coordinator") as u64;
+    let fetch = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
+        .with_topics(Some(vec![
+            offset_fetch_request::OffsetFetchRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_indexes(vec![0]),
+        ]));
+    let mut committed = -1;
+    wait_until("the new coordinator to serve the commit", || {
+        let mut out = futures_now(crate::kafka::tests::roundtrip(
+            c.broker(new),
+            ApiKey::OffsetFetch,
+            7,
+            &fetch.clone().into(),
+        ));
+        let resp = OffsetFetchResponse::decode(&mut out, 7).expect("decode");
+        committed = resp
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .map_or(-1, |p| p.committed_offset);
+        resp.error_code == 0 && committed >= 0
+    })
+    .await;
+    assert_eq!(committed, 42);
+    c.heal();
+    c.close().await;
+}
+
+/// Runs a short future to completion from a synchronous check (the checks
+/// of `wait_until` are closures); the runtime is multi-threaded.
+fn futures_now<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}

@@ -16,7 +16,7 @@ pub mod segmented;
 pub mod topics;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

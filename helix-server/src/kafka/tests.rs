@@ -195,7 +195,12 @@ fn frame(key: ApiKey, version: i16, body: &RequestKind) -> Bytes {
 }
 
 /// Runs one request through dispatch; returns the response body bytes.
-async fn roundtrip(b: &Arc<Broker>, key: ApiKey, version: i16, body: &RequestKind) -> Bytes {
+pub(crate) async fn roundtrip(
+    b: &Arc<Broker>,
+    key: ApiKey,
+    version: i16,
+    body: &RequestKind,
+) -> Bytes {
     let pending = dispatch::start(b, frame(key, version, body))
         .await
         .expect("dispatched");
