@@ -142,29 +142,141 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
             )));
         }
         bytes += batches.len();
-        entries.push(wal_entry(pos.term, pos.index, batches));
+        entries.push(wal_entry(pos.term, pos.index, batches)?);
         cursor.next = cursor.next.next();
     }
     Ok((entries, bytes))
 }
 
-/// A WAL entry as a Raft entry: its stored batches as one produce request
-/// (applying it again yields the same bytes at the same offsets: the
-/// batches were accepted once, and every replica derives the same producer
-/// state), or a no-op when it holds none.
-fn wal_entry(term: u64, index: u64, batches: Bytes) -> Entry {
+/// A WAL entry as a Raft entry: its stored batches as a produce entry of
+/// one request per batch, or a no-op when it holds none. Applying it again
+/// yields the same bytes at the same offsets: the batches were accepted
+/// once, in this order, and every replica derives the same producer state.
+/// One request per batch, not one for all: the stored batches may come
+/// from several requests of one producer, and the sequence check of a
+/// request's later batches does not see its earlier ones (a follower would
+/// refuse them as out of order and store nothing).
+fn wal_entry(term: u64, index: u64, batches: Bytes) -> crate::error::Result<Entry> {
     let (kind, data) = if batches.is_empty() {
         (EntryKind::Noop, Bytes::new())
     } else {
+        let each = split_batches(&batches)?;
         (
             EntryKind::Normal,
-            entry::encode_produce(std::iter::once(std::slice::from_ref(&batches))),
+            entry::encode_produce(each.iter().map(std::slice::from_ref)),
         )
     };
-    Entry {
+    Ok(Entry {
         term: Term(term),
         index: LogIndex(index),
         kind,
         data,
+    })
+}
+
+/// The record batches stored back to back in `batches`, each as a slice.
+fn split_batches(batches: &Bytes) -> crate::error::Result<Vec<Bytes>> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < batches.len() {
+        let len = crate::partition::batch::parse_header(&batches[at..])?.total_len();
+        if len == 0 || at + len > batches.len() {
+            return Err(crate::error::HelixError::CorruptState(format!(
+                "a stored batch at byte {at} runs past its entry"
+            )));
+        }
+        out.push(batches.slice(at..at + len));
+        at += len;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition::apply::{Applied, apply_produce};
+    use crate::partition::batch::tests::make_batch;
+    use crate::partition::entry::{PartitionEntry, decode};
+    use crate::partition::producers::ProducerTable;
+    use helix_wal::{AppendCheck, LogConfig, PartitionLog, RaftPosition};
+
+    /// Applies a produce entry's data as a replica would.
+    fn apply(
+        log: &mut PartitionLog,
+        producers: &mut ProducerTable,
+        index: u64,
+        data: Bytes,
+    ) -> Vec<Applied> {
+        let PartitionEntry::Produce { lengths, data } = decode(data).expect("decode") else {
+            panic!("not a produce entry");
+        };
+        apply_produce(
+            log,
+            producers,
+            RaftPosition { term: 2, index },
+            &lengths,
+            data,
+            &mut None,
+            AppendCheck::Full,
+        )
+        .expect("apply")
+    }
+
+    #[test]
+    fn a_caught_up_entry_of_several_requests_of_one_producer_is_stored_whole() {
+        // Both replicas hold producer 7's first batch (sequence 0). Then the
+        // leader applies two more requests of it (sequences 1-2 and 3) as
+        // one entry; its WAL holds both batches back to back.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = |name: &str| {
+            PartitionLog::open(dir.path().join(name).as_path(), LogConfig::default())
+                .expect("open")
+                .0
+        };
+        let (mut leader, mut follower) = (open("l"), open("f"));
+        let (mut on_leader, mut on_follower) = (ProducerTable::default(), ProducerTable::default());
+        let first = entry::encode_produce(
+            [vec![make_batch(&[b"0"], 7, 0, 10)]]
+                .iter()
+                .map(Vec::as_slice),
+        );
+        apply(&mut leader, &mut on_leader, 1, first.clone());
+        apply(&mut follower, &mut on_follower, 1, first);
+        let a = make_batch(&[b"1", b"2"], 7, 1, 11);
+        let b = make_batch(&[b"3"], 7, 3, 12);
+        let original = entry::encode_produce([vec![a], vec![b]].iter().map(Vec::as_slice));
+        let out = apply(&mut leader, &mut on_leader, 2, original);
+        assert!(
+            out.iter().all(|o| matches!(o, Applied::Appended { .. })),
+            "{out:?}"
+        );
+        let (pos, stored) = leader.entries_from(2).next().expect("entry").expect("read");
+
+        // The follower, behind the leader's memory, gets it from the WAL.
+        let caught_up = wal_entry(pos.term, pos.index, stored.clone()).expect("entry");
+        let out = apply(&mut follower, &mut on_follower, 2, caught_up.data);
+        assert_eq!(out.len(), 2);
+        assert!(
+            out.iter().all(|o| matches!(o, Applied::Appended { .. })),
+            "{out:?}"
+        );
+        assert_eq!(follower.next_offset(), 4);
+        let (_, copied) = follower
+            .entries_from(2)
+            .next()
+            .expect("entry")
+            .expect("read");
+        assert_eq!(copied, stored, "the follower stores the leader's bytes");
+    }
+
+    #[test]
+    fn a_stored_batch_that_runs_past_its_entry_is_refused() {
+        let a = make_batch(&[b"1"], -1, -1, 10);
+        let cut = a.slice(..a.len() - 1);
+        assert!(wal_entry(1, 1, cut).is_err());
+        assert_eq!(
+            wal_entry(1, 1, Bytes::new()).expect("noop").kind,
+            EntryKind::Noop
+        );
     }
 }
