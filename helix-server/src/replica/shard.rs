@@ -58,9 +58,13 @@ pub struct Shard {
     /// This shard's own queue, for the syncer's answers.
     me: mpsc::Sender<ShardInput>,
     catch_ups: CatchUps,
-    /// Groups with appends waiting for an fsync round (fsync durability).
+    /// Groups with appends waiting for the next fsync round (fsync
+    /// durability).
     awaiting_sync: BTreeSet<GroupId>,
-    sync_in_flight: bool,
+    /// Groups whose appends the round in flight covers (None: no round in
+    /// flight). Appends made while a round runs wait for the next one: the
+    /// round may have passed their log already.
+    in_round: Option<BTreeSet<GroupId>>,
     /// Groups whose role, term or leader may have changed this round.
     touched: BTreeSet<GroupId>,
     ticked: bool,
@@ -98,7 +102,7 @@ impl Shard {
             me,
             catch_ups: CatchUps::default(),
             awaiting_sync: BTreeSet::new(),
-            sync_in_flight: false,
+            in_round: None,
             touched: BTreeSet::new(),
             ticked: false,
             ticks: 0,
@@ -200,9 +204,7 @@ impl Shard {
                 }
             }
             ShardInput::Synced => {
-                self.sync_in_flight = false;
-                let waiting = std::mem::take(&mut self.awaiting_sync);
-                for id in waiting {
+                for id in self.in_round.take().unwrap_or_default() {
                     self.report_durable(id, None);
                 }
             }
@@ -236,8 +238,11 @@ impl Shard {
             self.round();
         }
         self.publish_leadership();
-        if !self.awaiting_sync.is_empty() && !self.sync_in_flight {
-            self.sync_in_flight = self.syncer.request(self.me.clone());
+        if !self.awaiting_sync.is_empty()
+            && self.in_round.is_none()
+            && self.syncer.request(self.me.clone())
+        {
+            self.in_round = Some(std::mem::take(&mut self.awaiting_sync));
         }
     }
 
@@ -437,6 +442,9 @@ impl Shard {
         self.multi.remove_group(id);
         self.states.remove(&id);
         self.awaiting_sync.remove(&id);
+        if let Some(r) = &mut self.in_round {
+            r.remove(&id);
+        }
         self.catch_ups.forget(id);
         self.isr.remove(&id);
     }
