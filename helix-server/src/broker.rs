@@ -13,7 +13,7 @@ use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup};
 
 use crate::batcher::Backpressure;
 use crate::cluster::ClusterState;
-use crate::cluster::peers::{LinkSlot, PeerHandler};
+use crate::cluster::peers::{LinkSlot, PeerHandler, PeerLink, TransportLink};
 use crate::config::Config;
 use crate::controller::service::Controller;
 use crate::controller::topic_config;
@@ -24,6 +24,7 @@ use crate::error::{HelixError, Result};
 use crate::partition::raft::RaftSettings;
 use crate::replica::{HostSettings, ReplicaHost};
 use crate::topics::{LogShared, ReplicaFactory, Topic, TopicTable};
+use crate::transport::{Transport, TransportConfig};
 
 /// How often retention is applied to every partition.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
@@ -53,12 +54,12 @@ pub struct Broker {
     pub groups: Arc<crate::group::service::GroupService>,
     /// Every replica this node holds.
     pub host: Arc<ReplicaHost>,
-    /// Where peers' payloads and calls go (the peer transport's inbound side).
-    #[allow(dead_code)] // wired to the peer transport next (issue 17)
+    /// Where peers' payloads and calls go (the peer transport's inbound
+    /// side; the in-process cluster tests deliver to it directly).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub peers: Arc<PeerHandler>,
-    /// The peer transport, once it runs (a single node has none).
-    #[allow(dead_code)] // wired to the peer transport next (issue 17)
-    pub link: Arc<LinkSlot>,
+    /// The peer transport (a single node has none).
+    pub transport: Option<Transport>,
     /// This node's current block of producer ids: (next, end).
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
 }
@@ -68,6 +69,15 @@ impl Broker {
     /// every replica this node holds, the group coordinator, and the tasks
     /// that keep them in step with the cluster.
     pub async fn open(config: Config) -> Result<Arc<Broker>> {
+        Broker::open_with(config, None).await
+    }
+
+    /// As `open`, over `link` instead of the peer transport when given (the
+    /// in-process cluster tests join brokers in memory).
+    pub async fn open_with(
+        config: Config,
+        link_to: Option<Arc<dyn PeerLink>>,
+    ) -> Result<Arc<Broker>> {
         let cluster = Arc::new(ClusterState::new(&config)?);
         let me = cluster.me;
         let cluster_id = cluster_id(&config)?;
@@ -116,6 +126,28 @@ impl Broker {
         let peers = Arc::new(PeerHandler::new(host.clone(), cluster.clone()));
         peers.set_controller(controller.clone());
         cluster.set_liveness(link.clone());
+        let transport = match &config.cluster {
+            Some(_) if link_to.is_some() => {
+                if let Some(l) = link_to {
+                    link.set(l);
+                }
+                None
+            }
+            Some(c) if c.nodes.len() > 1 => {
+                let settings = TransportConfig::new(
+                    me.0,
+                    c.peer_listen()?,
+                    c.peers().map(|n| (n.id as u64, n.peer.clone())).collect(),
+                    cluster_id.clone(),
+                );
+                let t = Transport::start(settings, peers.clone())
+                    .await
+                    .map_err(|e| HelixError::Config(e.to_string()))?;
+                link.set(Arc::new(TransportLink(t.clone())));
+                Some(t)
+            }
+            _ => None,
+        };
         tokio::spawn(applier::run(controller.clone(), topics.clone()));
         tokio::spawn(crate::cluster::gossip::run(
             cluster.clone(),
@@ -129,7 +161,7 @@ impl Broker {
             groups,
             host,
             peers,
-            link,
+            transport,
             config,
             cluster,
             controller,
@@ -151,9 +183,14 @@ impl Broker {
         self.topics.all()
     }
 
-    /// The node leading the controller, if known.
-    pub fn controller_id(&self) -> Option<NodeId> {
-        self.cluster.controller(self.controller.partition())
+    /// The controller as clients are told: group 0's leader, or this node
+    /// while that is unknown. Any node takes admin requests (it forwards
+    /// controller commands), as KRaft brokers do (KIP-590), so a client
+    /// never waits for an election to send one.
+    pub fn controller_id(&self) -> NodeId {
+        self.cluster
+            .controller(self.controller.partition())
+            .unwrap_or(self.cluster.me)
     }
 
     /// The topic, created with the defaults if auto-creation is on.
@@ -266,10 +303,14 @@ impl Broker {
         let deadline = tokio::time::Instant::now() + LEADERS_WAIT;
         while tokio::time::Instant::now() < deadline {
             let Some(t) = self.topic(name) else { return };
+            // A leader known everywhere, and serving where it is this node.
             let all = t.partitions.iter().all(|p| {
                 self.cluster
                     .leadership(p.group, p.local.as_deref())
-                    .is_some()
+                    .is_some_and(|l| {
+                        l.leader != self.cluster.me
+                            || p.local.as_ref().is_some_and(|r| r.leadership().serving)
+                    })
             });
             if all {
                 return;
@@ -397,6 +438,12 @@ impl Broker {
         crate::partition::close_all(std::slice::from_ref(self.controller.partition())).await;
         let host = self.host.clone();
         let _ = tokio::task::spawn_blocking(move || host.stop()).await;
+        if let Some(t) = &self.transport {
+            for p in t.status() {
+                tracing::info!("peer transport at shutdown: {p}");
+            }
+            t.shutdown();
+        }
     }
 }
 

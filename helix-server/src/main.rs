@@ -14,6 +14,7 @@ mod partition;
 mod replica;
 mod server;
 mod topics;
+mod transport;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;

@@ -23,7 +23,6 @@ pub const PAYLOAD_LEADERS: u8 = 2;
 /// A report older than this is not trusted any more.
 pub const STALE_AFTER: Duration = Duration::from_secs(3);
 /// Most groups in one report (a node leads at most this many at once).
-#[allow(dead_code)] // wired to the peer transport next (issue 17)
 pub const MAX_REPORTED: usize = 1 << 20;
 /// Most ISR members per group (a replica set is at most the cluster).
 const MAX_ISR: usize = crate::config::cluster::MAX_NODES;
@@ -63,7 +62,6 @@ pub fn encode(reports: &[Report]) -> Bytes {
 
 /// Decodes a report (after its kind byte); every count is checked against
 /// the bytes left before anything is allocated.
-#[allow(dead_code)] // wired to the peer transport next (issue 17)
 pub fn decode(mut b: Bytes) -> Result<Vec<Report>> {
     let bad = |what: &str| HelixError::MalformedRequest(format!("leadership report: {what}"));
     if b.remaining() < 4 {
@@ -108,7 +106,6 @@ pub struct LeaderTable {
 
 impl LeaderTable {
     /// Takes `from`'s reports.
-    #[allow(dead_code)] // wired to the peer transport next (issue 17)
     pub fn update(&self, from: NodeId, reports: Vec<Report>) {
         let now = Instant::now();
         let Ok(mut entries) = self.entries.write() else {

@@ -20,7 +20,8 @@ use super::leaders::{self, PAYLOAD_LEADERS};
 use crate::controller::Command;
 use crate::controller::service::{Controller, ForwardReply, ForwardRequest, Forwarded, Forwarder};
 use crate::error::{HelixError, Result};
-use crate::replica::{Lane, Outbox, PAYLOAD_RAFT, ReplicaHost};
+use crate::replica::{Outbox, PAYLOAD_RAFT, ReplicaHost};
+use crate::transport::{CallFuture, Inbound, Lane, Transport};
 
 /// Kind byte of a forwarded controller command (a unary call).
 const CALL_CONTROLLER_SUBMIT: u8 = 1;
@@ -52,7 +53,6 @@ impl std::fmt::Debug for LinkSlot {
 }
 
 impl LinkSlot {
-    #[allow(dead_code)] // wired to the peer transport next (issue 17)
     pub fn set(&self, link: Arc<dyn PeerLink>) {
         let _ = self.link.set(link);
     }
@@ -98,8 +98,39 @@ impl Forwarder for LinkSlot {
     }
 }
 
+/// The tonic transport as the node's link to its peers.
+pub struct TransportLink(pub Transport);
+
+impl PeerLink for TransportLink {
+    fn send(&self, to: NodeId, lane: Lane, payload: Bytes) -> bool {
+        self.0.send(to.0, lane, payload)
+    }
+
+    fn call(&self, to: NodeId, request: Bytes, timeout: Duration) -> BoxFuture<Result<Bytes>> {
+        let t = self.0.clone();
+        Box::pin(async move {
+            t.call(to.0, request, timeout)
+                .await
+                .map_err(|e| HelixError::Io(std::io::Error::other(e.to_string())))
+        })
+    }
+
+    fn heard_within(&self, node: NodeId, within: Duration) -> bool {
+        self.0.heard_within(node.0, within)
+    }
+}
+
+impl Inbound for PeerHandler {
+    fn deliver(&self, from: u64, _lane: Lane, payloads: Vec<Bytes>) {
+        PeerHandler::deliver(self, NodeId(from), payloads);
+    }
+
+    fn call(&self, from: u64, request: Bytes) -> CallFuture {
+        PeerHandler::call(self, NodeId(from), request)
+    }
+}
+
 /// Where what peers send goes.
-#[allow(dead_code)] // wired to the peer transport next (issue 17)
 pub struct PeerHandler {
     host: Arc<ReplicaHost>,
     cluster: Arc<ClusterState>,
@@ -112,7 +143,6 @@ impl std::fmt::Debug for PeerHandler {
     }
 }
 
-#[allow(dead_code)] // wired to the peer transport next (issue 17)
 impl PeerHandler {
     pub fn new(host: Arc<ReplicaHost>, cluster: Arc<ClusterState>) -> PeerHandler {
         PeerHandler {

@@ -123,15 +123,17 @@ impl TestCluster {
         };
         let net = self.net.clone();
         async move {
-            let b = Broker::open(config).await.expect("open broker");
+            let link = Arc::new(MemLink {
+                me: i as u64 + 1,
+                net: net.clone(),
+            });
+            let b = Broker::open_with(config, Some(link))
+                .await
+                .expect("open broker");
             net.brokers
                 .lock()
                 .expect("lock")
                 .insert(i as u64 + 1, Arc::downgrade(&b));
-            b.link.set(Arc::new(MemLink {
-                me: i as u64 + 1,
-                net: net.clone(),
-            }));
             b
         }
     }
@@ -243,11 +245,9 @@ fn log_bytes(b: &Broker, topic: &str, p: i32) -> Vec<u8> {
 async fn a_topic_created_anywhere_is_replicated_byte_for_byte_and_led_by_its_preferred_replicas() {
     let c = TestCluster::start(3).await;
     // Ask a node that does not lead the controller: the command is forwarded.
-    wait_until("a controller leader", || {
-        c.broker(1).controller_id().is_some()
-    })
-    .await;
-    let controller = c.broker(1).controller_id().expect("leader").0;
+    let known = |b: &Broker| b.cluster.controller(b.controller.partition());
+    wait_until("a controller leader", || known(c.broker(1)).is_some()).await;
+    let controller = known(c.broker(1)).expect("leader").0;
     let asker = c
         .ids()
         .into_iter()

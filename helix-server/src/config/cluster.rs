@@ -93,7 +93,6 @@ impl Cluster {
     }
 
     /// Every node but this one.
-    #[allow(dead_code)] // wired to the peer transport next (issue 17)
     pub fn peers(&self) -> impl Iterator<Item = &NodeSpec> {
         self.nodes.iter().filter(move |n| n.id != self.me)
     }
@@ -105,7 +104,6 @@ impl Cluster {
     }
 
     /// The address this node's peer listener binds.
-    #[allow(dead_code)] // wired to the peer transport next (issue 17)
     pub fn peer_listen(&self) -> Result<SocketAddr> {
         resolve(&self.this_node().peer)
             .map_err(|e| HelixError::Config(format!("peer address of node {}: {e}", self.me)))

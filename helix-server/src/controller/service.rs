@@ -56,7 +56,6 @@ pub enum ForwardReply {
 }
 
 impl ForwardReply {
-    #[allow(dead_code)] // wired to the peer transport next (issue 17)
     pub fn from_result(r: Result<(i64, Outcome)>) -> ForwardReply {
         match r {
             Ok((offset, outcome)) => ForwardReply::Applied { offset, outcome },

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
 
 use super::metadata::broker_id;
 use super::wire_str;
@@ -16,7 +16,7 @@ pub fn describe(
 ) -> DescribeClusterResponse {
     let mut resp = DescribeClusterResponse::default();
     resp.cluster_id = wire_str(&broker.cluster_id);
-    resp.controller_id = broker.controller_id().map_or(BrokerId(-1), broker_id);
+    resp.controller_id = broker_id(broker.controller_id());
     if version >= 1 {
         resp.endpoint_type = req.endpoint_type;
     }

@@ -31,7 +31,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         })
         .collect();
     resp.cluster_id = Some(wire_str(&broker.cluster_id));
-    resp.controller_id = broker.controller_id().map_or(BrokerId(-1), broker_id);
+    resp.controller_id = broker_id(broker.controller_id());
     // Before v4 the field does not exist and Kafka auto-creates.
     let allow_create = version < 4 || req.allow_auto_topic_creation;
     // v0 has no null: an empty list asks for every topic.

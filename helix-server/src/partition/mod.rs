@@ -52,6 +52,11 @@ pub struct Leadership {
     pub role: Role,
     pub term: Term,
     pub leader: Option<NodeId>,
+    /// A leader serves once an entry of its own term is acknowledged (its
+    /// no-op): from then on its high watermark covers everything its
+    /// predecessors acknowledged. Before, it could tell a consumer less than
+    /// was already read.
+    pub serving: bool,
 }
 
 impl Default for Leadership {
@@ -60,6 +65,7 @@ impl Default for Leadership {
             role: Role::Follower,
             term: Term(0),
             leader: None,
+            serving: false,
         }
     }
 }
@@ -231,7 +237,7 @@ impl Partition {
     /// leader epoch as Kafka does.
     pub fn check_leader(&self, current_leader_epoch: i32) -> Result<()> {
         let l = self.leadership();
-        if l.role != Role::Leader {
+        if l.role != Role::Leader || !l.serving {
             return Err(HelixError::NotLeader);
         }
         let epoch = term_epoch(l.term);

@@ -381,6 +381,8 @@ impl PartitionState {
             role: group.role(),
             term: group.term(),
             leader: group.leader(),
+            serving: group.role() == Role::Leader
+                && group.term_at(group.acknowledged()) == Some(group.term()),
         };
         if now == self.leadership {
             return None;

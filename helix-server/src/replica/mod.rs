@@ -42,16 +42,7 @@ pub use shard::PAYLOAD_RAFT;
 use shard::{Shard, ShardContext, ShardInput};
 use syncer::Syncer;
 
-/// The three kinds of peer traffic, each on its own connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Lane {
-    /// Votes, heartbeats, commit and acknowledgement notices, responses.
-    Control,
-    /// AppendEntries that carry entries.
-    Data,
-    /// WAL entries streamed to a follower behind the leader's memory.
-    CatchUp,
-}
+pub use crate::transport::Lane;
 
 /// Where shards send what they say to other nodes. Never blocks; a payload
 /// that cannot be queued is dropped (Raft retries).
