@@ -442,6 +442,33 @@ class Conn:
                 out[p] = (err, base)
         return out
 
+    def leaders(self, topic: str) -> dict[int, tuple[int, int, list[int], list[int]]]:
+        """Metadata v7 (non-flexible, with leader epochs) for one topic:
+        {partition: (leader, leader_epoch, replicas, isr)}; raises on a topic error."""
+        body = struct.pack(">i", 1) + string(topic) + struct.pack(">b", 0)
+        r = self.request(API_METADATA, 7, body)
+        r.i32()  # throttle
+        for _ in range(r.i32()):
+            r.i32(); r.string(); r.i32(); r.string()  # node, host, port, rack
+        r.string()  # cluster id
+        r.i32()  # controller
+        out: dict[int, tuple[int, int, list[int], list[int]]] = {}
+        for _ in range(r.i32()):
+            err = r.i16()
+            name = r.string()
+            r.i8()  # is_internal
+            if err != ERR_NONE:
+                raise ProtocolError(f"Metadata: topic {name} error {err}")
+            for _ in range(r.i32()):
+                r.i16()
+                index, leader, epoch = r.i32(), r.i32(), r.i32()
+                replicas = [r.i32() for _ in range(r.i32())]
+                isr = [r.i32() for _ in range(r.i32())]
+                for _ in range(r.i32()):
+                    r.i32()  # offline
+                out[index] = (leader, epoch, replicas, isr)
+        return out
+
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
               max_wait_ms: int = 100, version: int | None = None) -> tuple[int, int, bytes]:
         """Fetch v4-v11 (non-flexible). Returns (error_code, high_watermark, records)."""

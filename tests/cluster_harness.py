@@ -1,0 +1,287 @@
+"""A Helix cluster of real processes on 127.0.0.1 for the cluster tests.
+
+Each node is the real ``helix-server`` binary started as the issue asks:
+``helix-server --config cluster.toml --node-id N --data-dir DIR``. Every node
+gets its own config file, identical but for the peer addresses of the other
+nodes: with ``proxies=True`` node i reaches node j through a fault-injecting
+TCP proxy of its own (one per directed link), so a test can cut, black-hole
+and heal any link without root. Kafka clients connect to the nodes directly.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import harness
+
+START_TIMEOUT_S = float(os.environ.get("HELIX_TEST_START_TIMEOUT", "60"))
+
+
+class LinkProxy:
+    """A TCP forwarder for one directed peer link (node i -> node j).
+
+    Modes: ``pass`` forwards; ``blackhole`` keeps connections open but moves
+    no bytes (a network that silently loses packets: the transport must
+    notice by its own keepalives); ``refuse`` closes every connection and
+    accepts none (a peer that is unreachable).
+    """
+
+    def __init__(self, target_port: int):
+        self.target = ("127.0.0.1", target_port)
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.mode = "pass"
+        self.lock = threading.Lock()
+        self.conns: list[tuple[socket.socket, socket.socket]] = []
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def set_mode(self, mode: str) -> None:
+        assert mode in ("pass", "blackhole", "refuse"), mode
+        with self.lock:
+            self.mode = mode
+            if mode == "refuse":
+                for a, b in self.conns:
+                    for s in (a, b):
+                        try:
+                            s.close()
+                        except OSError:
+                            pass
+                self.conns.clear()
+
+    def close(self) -> None:
+        self.closed = True
+        self.set_mode("refuse")
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                mode = self.mode
+            if mode == "refuse":
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=2)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.conns.append((client, upstream))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            while True:
+                with self.lock:
+                    mode = self.mode
+                if mode == "pass":
+                    break
+                if mode == "refuse":
+                    return
+                time.sleep(0.05)  # blackhole: bytes wait, nothing moves
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class Node:
+    def __init__(self, cluster: "HelixCluster", node_id: int):
+        self.cluster = cluster
+        self.id = node_id
+        self.kafka_port = harness.free_port()
+        self.peer_port = harness.free_port()
+        self.dir = cluster.workdir / f"node{node_id}"
+        self.data_dir = self.dir / "data"
+        self.config = self.dir / "cluster.toml"
+        self.log = self.dir / "node.log"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def command(self) -> list[str]:
+        return [
+            str(self.cluster.binary),
+            "--config", str(self.config),
+            "--node-id", str(self.id),
+            "--data-dir", str(self.data_dir),
+        ] + self.cluster.args + shlex.split(os.environ.get("HELIX_SERVER_ARGS", ""))
+
+    def start(self, wait: bool = True) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        with open(self.log, "ab") as logf:
+            logf.write(f"\n===== start #{self.starts}: {shlex.join(self.command())}\n".encode())
+            logf.flush()
+            env = dict(os.environ)
+            env.setdefault("RUST_LOG", "info")
+            env.setdefault("NO_COLOR", "1")
+            self.proc = subprocess.Popen(
+                self.command(), stdout=logf, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+            )
+        if wait:
+            self.wait_serving()
+
+    def wait_serving(self) -> None:
+        harness.wait_until_serving("127.0.0.1", self.kafka_port, self.proc,
+                                   time.monotonic() + START_TIMEOUT_S, self.log)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM; the exit code (None if it was not running)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def log_tail(self, lines: int = 60) -> str:
+        return harness.tail(self.log, lines)
+
+
+class HelixCluster:
+    """``n`` nodes of one cluster; ``args`` go to every node."""
+
+    def __init__(self, workdir: Path, n: int = 3, args: list[str] | None = None,
+                 proxies: bool = False, toml_extra: str = ""):
+        self.workdir = workdir
+        self.binary = harness.helix_binary()
+        if not os.access(self.binary, os.X_OK):
+            raise RuntimeError(f"helix-server binary not found at {self.binary}")
+        self.args = list(args or [])
+        self.nodes = [Node(self, i + 1) for i in range(n)]
+        self.proxies: dict[tuple[int, int], LinkProxy] = {}
+        if proxies:
+            for a in self.nodes:
+                for b in self.nodes:
+                    if a is not b:
+                        self.proxies[(a.id, b.id)] = LinkProxy(b.peer_port)
+        for node in self.nodes:
+            node.dir.mkdir(parents=True, exist_ok=True)
+            node.config.write_text(self._config_for(node) + toml_extra)
+
+    def _config_for(self, me: Node) -> str:
+        out = []
+        for n in self.nodes:
+            peer = n.peer_port
+            if n is not me and (me.id, n.id) in self.proxies:
+                peer = self.proxies[(me.id, n.id)].port
+            out.append(f'[[nodes]]\nid = {n.id}\nkafka = "127.0.0.1:{n.kafka_port}"\npeer = "127.0.0.1:{peer}"\n')
+        return "\n".join(out)
+
+    def node(self, node_id: int) -> Node:
+        return self.nodes[node_id - 1]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def live_bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes if n.alive())
+
+    def start(self) -> "HelixCluster":
+        # All at once: a node waits for a majority of the controller.
+        for n in self.nodes:
+            n.start(wait=False)
+        for n in self.nodes:
+            n.wait_serving()
+        return self
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            if n.alive():
+                n.stop()
+        for p in self.proxies.values():
+            p.close()
+
+    def kill_all(self) -> None:
+        for n in self.nodes:
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.send_signal(signal.SIGKILL)
+        for n in self.nodes:
+            n.kill9()
+
+    def isolate(self, node_id: int, mode: str = "blackhole") -> None:
+        """Cuts every link to and from `node_id`."""
+        for (a, b), p in self.proxies.items():
+            if node_id in (a, b):
+                p.set_mode(mode)
+
+    def heal(self) -> None:
+        for p in self.proxies.values():
+            p.set_mode("pass")
+
+    def stored_logs(self) -> dict[int, dict[int, bytes]]:
+        """With every node stopped: {node: {partition: the bytes of its
+        WAL's .log segments, in order}} of the one user topic the cluster
+        holds (replicas of a partition must be byte-identical)."""
+        assert not any(n.alive() for n in self.nodes), "stop the cluster first"
+        out: dict[int, dict[int, bytes]] = {}
+        for n in self.nodes:
+            topics = [d for d in (n.data_dir / "topics").iterdir() if d.is_dir()]
+            assert len(topics) == 1, f"node {n.id} holds {len(topics)} topics"
+            out[n.id] = {}
+            for pdir in topics[0].iterdir():
+                if pdir.name.isdigit():
+                    segments = sorted((pdir / "wal").glob("*.log"))
+                    out[n.id][int(pdir.name)] = b"".join(s.read_bytes() for s in segments)
+        return out
+
+    def logs(self, lines: int = 40) -> str:
+        return "\n".join(f"--- node {n.id} ({n.log}) ---\n{n.log_tail(lines)}" for n in self.nodes)
