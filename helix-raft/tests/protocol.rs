@@ -629,3 +629,58 @@ fn a_lost_append_response_is_made_up_by_the_next_heartbeat_answer() {
     );
     assert!(c.node(0).acknowledged() >= idx);
 }
+
+/// A follower's answer from an earlier term describes the log of that term,
+/// not this one: a leader that took it would count a follower durable (and
+/// matched) on entries it never saw, and acknowledge them alone. The answer
+/// must be dropped. (The simulation replays old messages, but the history in
+/// which a stale answer changes what is acknowledged needs a leader whose
+/// log was cut and rewritten between the two terms; this story builds it
+/// directly.)
+#[test]
+fn an_answer_from_an_earlier_term_is_not_counted() {
+    let mut c = Cluster::new(3, |cfg| {
+        cfg.pre_vote = false;
+        cfg.check_quorum = false;
+    });
+    c.node(0).campaign();
+    c.settle();
+    c.node(1).campaign();
+    c.settle();
+    c.node(0).campaign();
+    c.settle();
+    assert_eq!(c.leader(), Some(0));
+    let term = c.node(0).term();
+    assert!(term.0 >= 3, "three elections: term {term}");
+    c.isolated.extend([1, 2]);
+    let x = c.propose(b"only on the leader");
+    c.settle();
+    assert!(c.node(0).acknowledged() < x);
+    let stale = Message {
+        group: GroupId(1),
+        from: NodeId(2),
+        to: NodeId(1),
+        term: Term(term.0 - 1),
+        body: MessageBody::AppendResponse {
+            reject: false,
+            index: x,
+            hint_index: LogIndex(0),
+            hint_term: Term(0),
+            last_index: x,
+            durable: x,
+        },
+    };
+    c.node(0).step(stale).expect("well addressed");
+    c.drain(0);
+    let st = c.node(0).status();
+    assert!(
+        st.acknowledged < x,
+        "a stale answer made {x} acknowledged with one copy: {st:?}"
+    );
+    let f = st
+        .followers
+        .iter()
+        .find(|f| f.node == NodeId(2))
+        .expect("follower 2");
+    assert!(f.durable < x && f.matched < x, "{f:?}");
+}

@@ -52,7 +52,15 @@ impl RaftGroup {
                     // Pre-votes never change the voter's term.
                     return true;
                 }
+                // Only a granted vote or the leader resets a follower's
+                // election timer (Raft 5.2): a candidate with a stale log
+                // raising the term again and again must not keep the
+                // up-to-date nodes from ever campaigning.
+                let (was_follower, elapsed) = (self.role == Role::Follower, self.election_elapsed);
                 self.become_follower(m.term, None);
+                if was_follower {
+                    self.election_elapsed = elapsed;
+                }
             }
             MessageBody::PreVoteResponse { reject: false } => {
                 // A granted pre-vote carries the term we would campaign at.
