@@ -36,6 +36,8 @@ pub struct Progress {
     pub durable: LogIndex,
     /// Heard from since the last check-quorum round.
     pub recent_active: bool,
+    /// Leader ticks since the follower last answered (ISR, balancing).
+    pub ticks_since_heard: u32,
     /// Ticks spent in `CatchUp` without the host feeding entries.
     pub catch_up_idle: u32,
     /// Commit index last sent to this follower.
@@ -57,6 +59,7 @@ impl Progress {
             max_inflight,
             durable: LogIndex(0),
             recent_active: true,
+            ticks_since_heard: 0,
             catch_up_idle: 0,
             commit_sent: LogIndex(0),
             stall_mark: None,

@@ -55,6 +55,8 @@ pub struct FollowerStatus {
     pub durable: LogIndex,
     pub inflight: usize,
     pub catching_up: bool,
+    /// Leader ticks since this follower last answered.
+    pub ticks_since_heard: u32,
 }
 
 /// Observability snapshot of one group; cheap to build.

@@ -24,6 +24,9 @@ impl RaftGroup {
     /// Leader tick: heartbeats, check-quorum, transfer timeout, catch-up
     /// requests the host never served.
     pub(super) fn tick_leader(&mut self) {
+        for (_, pr) in &mut self.progress {
+            pr.ticks_since_heard = pr.ticks_since_heard.saturating_add(1);
+        }
         self.heartbeat_elapsed = self.heartbeat_elapsed.saturating_add(1);
         self.election_elapsed = self.election_elapsed.saturating_add(1);
         if self.election_elapsed >= self.cfg.election_ticks {

@@ -280,6 +280,7 @@ impl RaftGroup {
                     durable: pr.durable,
                     inflight: pr.inflight(),
                     catching_up: pr.state == ProgressState::CatchUp,
+                    ticks_since_heard: pr.ticks_since_heard,
                 })
                 .collect(),
             elections_started: self.counters.elections_started,

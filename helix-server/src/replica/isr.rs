@@ -10,6 +10,10 @@ use std::collections::HashMap;
 
 use helix_raft::{LogIndex, NodeId, Status};
 
+/// A follower that has not answered for more ticks than this (heartbeats go
+/// every tick) is not catching up, however far its matched index got.
+pub const HEARD_WITHIN_TICKS: u32 = 3;
+
 /// One led group's ISR bookkeeping, in ticks.
 #[derive(Debug, Default)]
 pub struct IsrTracker {
@@ -24,7 +28,10 @@ impl IsrTracker {
     pub fn tick(&mut self, now: u64, me: NodeId, status: &Status, lag: u64) -> Option<Vec<NodeId>> {
         for f in &status.followers {
             let at = self.caught_up_at.entry(f.node).or_insert(now);
-            if f.matched >= self.last_index_before {
+            // Kafka's followers fetch all the time, so an idle one that
+            // stopped fetching leaves the ISR too: caught up means heard
+            // from recently as well as matched.
+            if f.matched >= self.last_index_before && f.ticks_since_heard <= HEARD_WITHIN_TICKS {
                 *at = now;
             }
         }
@@ -76,6 +83,7 @@ mod tests {
                     durable: LogIndex(*matched),
                     inflight: 0,
                     catching_up: false,
+                    ticks_since_heard: 0,
                 })
                 .collect(),
             elections_started: 0,
@@ -111,5 +119,34 @@ mod tests {
             t.tick(8, me, &status(80, &[(2, 80), (3, 80)]), 5),
             Some(all)
         );
+    }
+
+    #[test]
+    fn an_idle_follower_that_stops_answering_leaves_after_the_lag() {
+        let mut t = IsrTracker::default();
+        let me = NodeId(1);
+        let all = vec![NodeId(1), NodeId(2), NodeId(3)];
+        assert_eq!(
+            t.tick(0, me, &status(10, &[(2, 10), (3, 10)]), 5),
+            Some(all.clone())
+        );
+        // Nothing is written, so node 3's matched index stays "caught up";
+        // but it stopped answering (cut off, or dead): it must still leave.
+        let silent = |since: u32| {
+            let mut s = status(10, &[(2, 10), (3, 10)]);
+            s.followers[1].ticks_since_heard = since;
+            s
+        };
+        for now in 1..=5 {
+            let got = t.tick(now, me, &silent(now as u32), 5);
+            assert_eq!(got, None, "tick {now}");
+        }
+        let mut left = None;
+        for now in 6..=10 {
+            left = left.or(t.tick(now, me, &silent(now as u32), 5));
+        }
+        assert_eq!(left, Some(vec![NodeId(1), NodeId(2)]));
+        // It answers again: back at once.
+        assert_eq!(t.tick(11, me, &silent(0), 5), Some(all));
     }
 }

@@ -399,10 +399,11 @@ impl Shard {
                 continue;
             }
             let status = g.status();
-            let caught_up = status
-                .followers
-                .iter()
-                .any(|f| f.node == preferred && f.matched == status.last_index);
+            let caught_up = status.followers.iter().any(|f| {
+                f.node == preferred
+                    && f.matched == status.last_index
+                    && f.ticks_since_heard <= super::isr::HEARD_WITHIN_TICKS
+            });
             let in_sync = self
                 .states
                 .get(&id)
