@@ -218,6 +218,10 @@ class HelixCluster:
 
     def _config_for(self, me: Node) -> str:
         out = []
+        if self.proxies:
+            # Through proxies every node lists different peer addresses, so
+            # the id derived from the list would differ: name one.
+            out.append(f'cluster_id = "helix-proxied-{self.nodes[0].kafka_port}"\n')
         for n in self.nodes:
             peer = n.peer_port
             if n is not me and (me.id, n.id) in self.proxies:

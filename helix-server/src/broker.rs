@@ -15,11 +15,10 @@ use crate::batcher::Backpressure;
 use crate::cluster::ClusterState;
 use crate::cluster::peers::{LinkSlot, PeerHandler, PeerLink, TransportLink};
 use crate::config::Config;
+use crate::controller::producer_ids::ProducerIds;
 use crate::controller::service::Controller;
 use crate::controller::topic_config;
-use crate::controller::{
-    Command, Outcome, PRODUCER_ID_BLOCK, TopicRecord, applier, placement, validate_topic_name,
-};
+use crate::controller::{Command, TopicRecord, applier, placement, validate_topic_name};
 use crate::error::{HelixError, Result};
 use crate::partition::raft::RaftSettings;
 use crate::replica::{HostSettings, ReplicaHost};
@@ -60,8 +59,8 @@ pub struct Broker {
     pub peers: Arc<PeerHandler>,
     /// The peer transport (a single node has none).
     pub transport: Option<Transport>,
-    /// This node's current block of producer ids: (next, end).
-    producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    /// Producer ids for idempotent producers.
+    producer_ids: Arc<ProducerIds>,
 }
 
 impl Broker {
@@ -156,7 +155,7 @@ impl Broker {
             config.raft_tick,
         ));
         Ok(Arc::new(Broker {
-            producer_ids: tokio::sync::Mutex::new((0, 0)),
+            producer_ids: ProducerIds::new(controller.clone()),
             backpressure,
             groups,
             host,
@@ -403,27 +402,9 @@ impl Broker {
         Ok(())
     }
 
-    /// InitProducerId without a transactional id: a fresh id, epoch 0, from
-    /// this node's block (a new block comes from the controller).
+    /// InitProducerId without a transactional id: a fresh id, epoch 0.
     pub async fn next_producer_id(&self) -> Result<i64> {
-        let mut ids = self.producer_ids.lock().await;
-        if ids.0 >= ids.1 {
-            match self
-                .controller
-                .submit(Command::AllocateProducerIdBlock)
-                .await?
-            {
-                Outcome::ProducerIdBlock { start } => *ids = (start, start + PRODUCER_ID_BLOCK),
-                Outcome::Done => {
-                    return Err(HelixError::CorruptState(
-                        "producer id block without a start".into(),
-                    ));
-                }
-            }
-        }
-        let id = ids.0;
-        ids.0 += 1;
-        Ok(id)
+        self.producer_ids.next().await
     }
 
     /// Applies every topic's retention settings to its local replicas.

@@ -73,6 +73,9 @@ pub enum HelixError {
     UnknownLeaderEpoch,
     #[error("too much unapplied data in the partition's raft log")]
     RaftBackpressure,
+    /// Something this node needs is still on its way (retriable).
+    #[error("waiting for {0}")]
+    NotReady(&'static str),
 }
 
 impl From<helix_wal::WalError> for HelixError {
@@ -136,6 +139,7 @@ impl HelixError {
             HelixError::Wal(_) => ResponseError::KafkaStorageError,
             HelixError::Raft(_) => ResponseError::UnknownServerError,
             HelixError::RaftBackpressure => ResponseError::RequestTimedOut,
+            HelixError::NotReady(_) => ResponseError::CoordinatorLoadInProgress,
         };
         e.code()
     }

@@ -466,6 +466,38 @@ async fn producer_ids_come_in_disjoint_blocks_from_the_controller() {
     c.close().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_the_controller_answers_producer_ids_retriably() {
+    let c = TestCluster::start(3).await;
+    let controller = c.broker(1).controller_id().0;
+    let cut = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != controller)
+        .expect("a follower");
+    c.isolate(cut);
+    let err = c
+        .broker(cut)
+        .next_producer_id()
+        .await
+        .expect_err("no block without the controller");
+    assert!(
+        matches!(err, HelixError::NotReady(_)),
+        "a retriable answer, not the controller's timeout: {err:?}"
+    );
+    assert_eq!(err.kafka_code(), 14, "COORDINATOR_LOAD_IN_PROGRESS");
+    c.heal();
+    let mut id = Err(err);
+    for _ in 0..50 {
+        id = c.broker(cut).next_producer_id().await;
+        if id.is_ok() {
+            break;
+        }
+    }
+    id.expect("a producer id once the node reaches the controller again");
+    c.close().await;
+}
+
 /// FindCoordinator v3 for `group` on broker `on`: the node, or None.
 async fn coordinator(on: &Arc<Broker>, group: &str) -> Option<i32> {
     use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};

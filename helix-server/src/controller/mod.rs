@@ -10,6 +10,7 @@
 
 pub mod applier;
 pub mod placement;
+pub mod producer_ids;
 pub mod service;
 pub mod topic_config;
 
