@@ -31,7 +31,7 @@ impl Sim {
     fn check_replicas(&self, g: usize) -> Result<(), String> {
         for n in &self.nodes {
             let host = &n.groups[g];
-            let Some(r) = host.raft.as_ref() else {
+            let Some(r) = n.group(g) else {
                 continue;
             };
             let st = r.status();
@@ -80,7 +80,7 @@ impl Sim {
     fn check_leaders(&mut self, g: usize) -> Result<(), String> {
         for ni in 0..self.nodes.len() {
             let host = &self.nodes[ni].groups[g];
-            let Some(r) = host.raft.as_ref() else {
+            let Some(r) = self.nodes[ni].group(g) else {
                 continue;
             };
             if r.role() != Role::Leader {
@@ -124,12 +124,15 @@ impl Sim {
     /// index, they agree on every earlier index (term and bytes).
     fn check_log_matching(&mut self, g: usize) -> Result<(), String> {
         let up: Vec<usize> = (0..self.nodes.len())
-            .filter(|n| self.nodes[*n].groups[g].raft.is_some())
+            .filter(|n| self.nodes[*n].group(g).is_some())
             .collect();
         for (ai, &a) in up.iter().enumerate() {
             for &b in &up[ai + 1..] {
                 let (ha, hb) = (&self.nodes[a].groups[g], &self.nodes[b].groups[g]);
-                let (ra, rb) = (ha.raft.as_ref().expect("up"), hb.raft.as_ref().expect("up"));
+                let (ra, rb) = (
+                    self.nodes[a].group(g).expect("up"),
+                    self.nodes[b].group(g).expect("up"),
+                );
                 let m = ra.status().last_index.min(rb.status().last_index);
                 if m.0 == 0 {
                     continue;
@@ -151,6 +154,34 @@ impl Sim {
                             b + 1
                         ));
                     }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After every crash and restart: every entry acknowledged or read
+    /// (from the replicas' reports) and every proposal answered (from the
+    /// client's own book) is in the surviving WAL of a majority, up or down.
+    pub fn check_majority_holds(&self, when: &str) -> Result<(), String> {
+        let quorum = self.cfg.nodes / 2 + 1;
+        for g in 0..self.cfg.groups {
+            let h = &self.history[g];
+            let book = h
+                .exposed
+                .iter()
+                .map(|(i, (t, d, _))| (*i, *t, d))
+                .chain(h.answered.iter().map(|(i, (t, d))| (*i, *t, d)));
+            for (i, t, d) in book {
+                let holding = self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.groups[g].wal.holds(i, t, d))
+                    .count();
+                if holding < quorum {
+                    return self.fail(format!(
+                        "group {g}: {when}, acknowledged entry {i} (term {t}) survives in {holding} WALs, fewer than a majority"
+                    ));
                 }
             }
         }

@@ -1,23 +1,27 @@
 //! Deterministic simulation of N nodes x M groups.
 //!
-//! One seed fixes everything: the schedule (deliver, tick, propose, read,
-//! crash, restart, partition, heal, transfer, fsync), the network's delays,
-//! drops, duplicates and reorderings, and every group's election PRNG.
-//! Invariants are checked after every step (`checks.rs`); the first
-//! violation stops the run with a message naming the seed.
+//! One seed fixes everything: the configuration (3 or 5 nodes, groups,
+//! durability mode, pre-vote and check-quorum on or off, per-node clock
+//! rates, per-group or MultiRaft host path), the schedule (deliver, tick,
+//! propose, read, fsync start and completion, crash of any kind, restart,
+//! pause, partition, heal, long isolation of a leader, replay of old
+//! messages, transfer, campaign), the network's delays, drops, duplicates
+//! and reorderings, and every group's election PRNG. Invariants are checked
+//! after every step (`checks.rs`) and after every crash and restart; the
+//! first violation stops the run with a message naming the seed.
 
 pub mod checks;
 pub mod host;
 pub mod network;
 pub mod node;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::Bytes;
 use helix_raft::rng::SplitMix64;
-use helix_raft::{LogIndex, NodeId, RaftConfig, Role, Term};
+use helix_raft::{LogIndex, MessageBatch, NodeId, RaftConfig, Role, Term};
 
-use network::Network;
+use network::{NetCounts, Network};
 use node::SimNode;
 
 /// When producers are answered (and consumers may read).
@@ -36,14 +40,27 @@ pub struct SimConfig {
     pub nodes: usize,
     pub groups: usize,
     pub steps: usize,
-    /// Durable = fsynced; a crash is a power loss keeping only fsynced WAL.
+    /// Durable = fsynced; crashes are process crashes (written bytes kept)
+    /// or power losses (only fsynced bytes kept). Without it durable =
+    /// written and every crash is a process crash.
     pub fsync: bool,
     pub rule: AckRule,
     /// A tiny in-memory budget: forces backpressure and WAL catch-up.
     pub small_memory: bool,
+    pub pre_vote: bool,
+    pub check_quorum: bool,
+    /// Drive each node through `MultiRaft::ready` (coalesced batches per
+    /// node pair) instead of group by group.
+    pub multi_host: bool,
+    /// Ticks per four global ticks, per node (3 slow, 4 normal, 5 fast:
+    /// clocks 25% apart).
+    pub tick_rates: Vec<u64>,
     /// Share of steps (per mille) that crash nodes.
     pub crash_per_mille: u64,
-    /// Network faults (drop, duplicate, partitions) during the fault phase.
+    /// Share of `Ready`s (per mille) whose handling a crash interrupts.
+    pub mid_ready_crash_per_mille: u64,
+    /// Network faults (drop, duplicate, delay, replay, partitions) during
+    /// the fault phase.
     pub network_faults: bool,
     /// Ticks allowed for every group to acknowledge a new proposal after
     /// faults stop and a majority is up.
@@ -54,19 +71,27 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// A configuration drawn from the seed: 3 or 5 nodes, 1 to 3 groups,
-    /// both durability modes, sometimes a tiny memory budget.
+    /// A configuration drawn from the seed.
     pub fn from_seed(seed: u64, steps: usize, rule: AckRule) -> Self {
         let mut r = SplitMix64::new(seed ^ 0x5EED);
+        let nodes = if r.in_range(0, 3) == 0 { 5 } else { 3 };
+        let skewed = r.in_range(0, 3) == 0;
         SimConfig {
             seed,
-            nodes: if r.in_range(0, 3) == 0 { 5 } else { 3 },
+            nodes,
             groups: r.in_range(1, 4) as usize,
             steps,
             fsync: r.in_range(0, 3) == 0,
             rule,
             small_memory: r.in_range(0, 3) == 0,
+            pre_vote: r.in_range(0, 4) != 0,
+            check_quorum: r.in_range(0, 4) != 0,
+            multi_host: r.in_range(0, 2) == 0,
+            tick_rates: (0..nodes)
+                .map(|_| if skewed { r.in_range(3, 6) } else { 4 })
+                .collect(),
             crash_per_mille: r.in_range(2, 16),
+            mid_ready_crash_per_mille: 2,
             network_faults: true,
             liveness_ticks: 400,
             liveness_crash_all: None,
@@ -78,14 +103,68 @@ impl SimConfig {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Stats {
     pub acknowledged: u64,
+    pub answered: u64,
     pub consumer_reads: u64,
     pub crashes: u64,
+    pub process_crashes: u64,
+    pub power_losses: u64,
+    pub majority_crashes: u64,
     pub all_crashed: u64,
+    pub aimed_crashes: u64,
+    pub mid_ready_crashes: u64,
+    pub pauses: u64,
+    pub skewed_runs: u64,
     pub elections_won: u64,
     pub wal_truncations: u64,
+    pub fsync_races: u64,
     pub catch_up_entries: u64,
     pub backpressure: u64,
     pub transfers: u64,
+    pub campaigns: u64,
+    pub multi_host_runs: u64,
+    pub pre_vote_off_runs: u64,
+    pub check_quorum_off_runs: u64,
+    pub net: NetCounts,
+}
+
+impl Stats {
+    pub fn add(&mut self, s: &Stats) {
+        macro_rules! sum {
+            ($($f:ident),*) => { $(self.$f += s.$f;)* };
+        }
+        sum!(
+            acknowledged,
+            answered,
+            consumer_reads,
+            crashes,
+            process_crashes,
+            power_losses,
+            majority_crashes,
+            all_crashed,
+            aimed_crashes,
+            mid_ready_crashes,
+            pauses,
+            skewed_runs,
+            elections_won,
+            wal_truncations,
+            fsync_races,
+            catch_up_entries,
+            backpressure,
+            transfers,
+            campaigns,
+            multi_host_runs,
+            pre_vote_off_runs,
+            check_quorum_off_runs
+        );
+        let (a, b) = (&mut self.net, &s.net);
+        a.dropped += b.dropped;
+        a.duplicated += b.duplicated;
+        a.long_delays += b.long_delays;
+        a.replays += b.replays;
+        a.held += b.held;
+        a.released += b.released;
+        a.isolations += b.isolations;
+    }
 }
 
 /// The history the checks compare against, per group.
@@ -102,9 +181,25 @@ pub struct GroupHistory {
     pub leaders: HashMap<Term, NodeId>,
     /// Per (term) leader seen: how far into `exposed_log` it was checked.
     pub leader_checked: HashMap<Term, usize>,
+    /// The driver's own book: every payload it proposed to this group.
+    pub proposed: HashSet<Bytes>,
+    /// Where each proposed payload was exposed (it may be only one index).
+    pub exposed_at: HashMap<Bytes, u64>,
+    /// Proposals answered as written, by index: (term, the client's own
+    /// payload). Kept from the client's side, never read from a replica.
+    pub answered: BTreeMap<u64, (Term, Bytes)>,
     /// Payloads proposed in the liveness phase that must be acknowledged.
     pub liveness_probe: Option<Bytes>,
     pub liveness_done: bool,
+}
+
+impl GroupHistory {
+    /// The highest index in the book (exposed or answered), 0 if none.
+    pub fn booked_to(&self) -> u64 {
+        let exposed = self.exposed.last_key_value().map_or(0, |(i, _)| *i);
+        let answered = self.answered.last_key_value().map_or(0, |(i, _)| *i);
+        exposed.max(answered)
+    }
 }
 
 pub struct Sim {
@@ -115,6 +210,8 @@ pub struct Sim {
     pub net: Network,
     pub history: Vec<GroupHistory>,
     pub stats: Stats,
+    /// Faults (mid-ready crashes included) happen only in the fault phase.
+    faults_on: bool,
     raft_cfgs: Vec<RaftConfig>,
     next_payload: u64,
 }
@@ -131,6 +228,8 @@ impl Sim {
                 c.heartbeat_ticks = 2;
                 c.max_inflight_appends = 3;
                 c.max_append_bytes = 400;
+                c.pre_vote = cfg.pre_vote;
+                c.check_quorum = cfg.check_quorum;
                 if cfg.small_memory {
                     c.max_inmem_bytes = 1200;
                 }
@@ -139,13 +238,21 @@ impl Sim {
             .collect();
         let mut nodes: Vec<SimNode> = voters
             .iter()
-            .map(|id| SimNode::new(*id, cfg.groups))
+            .enumerate()
+            .map(|(i, id)| SimNode::new(*id, cfg.groups, cfg.tick_rates[i]))
             .collect();
         for (i, n) in nodes.iter_mut().enumerate() {
             n.start(&raft_cfgs[i], rng.next_u64());
         }
         let net = Network::new(cfg.network_faults);
         let history = (0..cfg.groups).map(|_| GroupHistory::default()).collect();
+        let stats = Stats {
+            multi_host_runs: u64::from(cfg.multi_host),
+            skewed_runs: u64::from(cfg.tick_rates.iter().any(|r| *r != 4)),
+            pre_vote_off_runs: u64::from(!cfg.pre_vote),
+            check_quorum_off_runs: u64::from(!cfg.check_quorum),
+            ..Stats::default()
+        };
         Sim {
             cfg,
             rng,
@@ -153,7 +260,8 @@ impl Sim {
             nodes,
             net,
             history,
-            stats: Stats::default(),
+            stats,
+            faults_on: true,
             raft_cfgs,
             next_payload: 0,
         }
@@ -161,59 +269,87 @@ impl Sim {
 
     pub(super) fn fail<T>(&self, msg: String) -> Result<T, String> {
         Err(format!(
-            "seed {} (nodes={} groups={} fsync={} small_memory={} rule={:?}) at t={}: {msg}",
+            "seed {} (nodes={} groups={} fsync={} small_memory={} pre_vote={} check_quorum={} multi_host={} tick_rates={:?} rule={:?}) at t={}: {msg}",
             self.cfg.seed,
             self.cfg.nodes,
             self.cfg.groups,
             self.cfg.fsync,
             self.cfg.small_memory,
+            self.cfg.pre_vote,
+            self.cfg.check_quorum,
+            self.cfg.multi_host,
+            self.cfg.tick_rates,
             self.cfg.rule,
             self.now
         ))
     }
 
-    /// Runs the fault phase, then the liveness phase.
+    /// Runs the fault phase, the liveness phase, and the final restart of
+    /// every node.
     pub fn run(mut self) -> Result<Stats, String> {
         for _ in 0..self.cfg.steps {
             self.step()?;
             self.check_all()?;
         }
+        self.faults_on = false;
         self.liveness()?;
+        self.count_elections();
+        self.restart_everyone_and_compare()?;
+        self.stats.net = self.net.counts;
+        Ok(self.stats)
+    }
+
+    fn count_elections(&mut self) {
         for n in &self.nodes {
-            for h in &n.groups {
-                if let Some(r) = &h.raft {
-                    let st = r.status();
-                    self.stats.elections_won += st.elections_won;
+            for g in 0..self.cfg.groups {
+                if let Some(r) = n.group(g) {
+                    self.stats.elections_won += r.status().elections_won;
                 }
             }
         }
-        Ok(self.stats)
     }
 
     fn step(&mut self) -> Result<(), String> {
         let x = self.rng.in_range(0, 1000);
         match x {
-            0..400 => self.deliver_one(),
-            400..600 => self.tick(),
-            600..760 => self.propose_random(),
-            760..820 => self.consumer_read(),
-            820..870 => self.fsync_random(),
-            870..880 => {
+            0..380 => self.deliver_one(),
+            380..570 => self.tick(),
+            570..720 => self.propose_random(),
+            720..770 => self.consumer_read(),
+            770..800 => {
+                self.fsync_start_random();
+                Ok(())
+            }
+            800..830 => self.fsync_complete_random(),
+            830..840 => {
                 if self.cfg.network_faults {
                     self.net.partition_random(&mut self.rng, self.cfg.nodes);
                 }
                 Ok(())
             }
-            880..900 => {
-                self.net.heal();
+            840..858 => {
+                self.net.heal(self.now, &mut self.rng);
                 Ok(())
             }
-            900..906 => self.transfer_random(),
+            858..864 => self.transfer_random(),
+            864..867 => self.campaign_random(),
+            867..875 => {
+                self.replay_old();
+                Ok(())
+            }
+            875..877 => {
+                self.isolate_a_leader();
+                Ok(())
+            }
+            877..880 => {
+                self.pause_random();
+                Ok(())
+            }
+            880..884 => self.crash_aimed(),
             _ => {
-                let crash_cut = 906 + self.cfg.crash_per_mille;
+                let crash_cut = 884 + self.cfg.crash_per_mille;
                 if x < crash_cut {
-                    self.crash_random();
-                    Ok(())
+                    self.crash_random()
                 } else if x < crash_cut + 2 * self.cfg.crash_per_mille {
                     self.restart_random()
                 } else {
@@ -223,65 +359,87 @@ impl Sim {
         }
     }
 
+    /// One global tick: nodes tick at their own rate; paused nodes whose
+    /// pause is over resume with their queued input.
     fn tick(&mut self) -> Result<(), String> {
         self.now += 1;
+        self.net.expire(self.now, &mut self.rng);
         for n in 0..self.nodes.len() {
-            if !self.nodes[n].up {
+            if self.nodes[n].paused_until.is_some_and(|t| t <= self.now) {
+                self.resume(n)?;
+            }
+            if !self.nodes[n].running() {
                 continue;
             }
-            for g in 0..self.cfg.groups {
-                if let Some(r) = self.nodes[n].groups[g].raft.as_mut() {
-                    r.tick();
-                }
-                self.process(n, g)?;
+            let node = &mut self.nodes[n];
+            node.tick_credit += node.tick_rate;
+            while node.tick_credit >= 4 {
+                node.tick_credit -= 4;
+                node.raft.as_mut().expect("running").tick();
             }
+            self.process_node(n)?;
         }
-        // Messages overdue by more than the maximum delay are delivered now,
+        // Messages overdue by more than the usual delay are delivered now,
         // so the network stays bounded.
-        while let Some(m) = self.net.pop_overdue(self.now, &mut self.rng) {
-            self.deliver(m)?;
+        while let Some(b) = self.net.pop_overdue(self.now, &mut self.rng) {
+            self.deliver(b)?;
         }
         Ok(())
     }
 
     fn deliver_one(&mut self) -> Result<(), String> {
         match self.net.pop_random(self.now, &mut self.rng) {
-            Some(m) => self.deliver(m),
+            Some(b) => self.deliver(b),
             None => Ok(()),
         }
     }
 
-    fn deliver(&mut self, m: helix_raft::Message) -> Result<(), String> {
-        let n = (m.to.0 - 1) as usize;
-        let g = m.group.0 as usize;
-        if !self.nodes[n].up {
+    fn deliver(&mut self, batch: MessageBatch) -> Result<(), String> {
+        let n = (batch.to.0 - 1) as usize;
+        if !self.nodes[n].up() {
             return Ok(());
         }
-        let Some(r) = self.nodes[n].groups[g].raft.as_mut() else {
+        if self.nodes[n].paused_until.is_some() {
+            self.nodes[n].inbox.push_back(batch);
             return Ok(());
-        };
+        }
         if trace() {
-            eprintln!(
-                "t={} deliver g{g} {}->{} term {} {:?}",
-                self.now, m.from, m.to, m.term, m.body
-            );
+            for m in &batch.messages {
+                eprintln!(
+                    "t={} deliver g{} {}->{} term {} {:?}",
+                    self.now, m.group, m.from, m.to, m.term, m.body
+                );
+            }
         }
-        if let Err(e) = r.step(m) {
-            return self.fail(format!("step rejected a well-formed message: {e}"));
+        if self.cfg.multi_host {
+            let multi = self.nodes[n].raft.as_mut().expect("up");
+            match multi.step_batch(batch) {
+                Ok(d) if d.rejected == 0 && d.unknown_group == 0 => {}
+                Ok(d) => return self.fail(format!("step_batch refused messages: {d:?}")),
+                Err(e) => return self.fail(format!("step_batch refused a batch: {e}")),
+            }
+        } else {
+            for m in batch.messages {
+                let g = m.group.0 as usize;
+                let r = self.nodes[n].group_mut(g).expect("every group is hosted");
+                if let Err(e) = r.step(m) {
+                    return self.fail(format!("step rejected a well-formed message: {e}"));
+                }
+            }
         }
-        self.process(n, g)
+        self.process_node(n)
     }
 
+    /// The leader of group `g` with the highest term among running nodes.
     fn leader_of(&self, g: usize) -> Option<usize> {
         (0..self.nodes.len())
-            .filter(|n| self.nodes[*n].up)
+            .filter(|n| self.nodes[*n].running())
             .filter(|n| {
-                self.nodes[*n].groups[g]
-                    .raft
-                    .as_ref()
+                self.nodes[*n]
+                    .group(g)
                     .is_some_and(|r| r.role() == Role::Leader)
             })
-            .max_by_key(|n| self.nodes[*n].groups[g].raft.as_ref().map(|r| r.term()))
+            .max_by_key(|n| self.nodes[*n].group(g).map(|r| r.term()))
     }
 
     fn propose_random(&mut self) -> Result<(), String> {
@@ -290,40 +448,72 @@ impl Sim {
             Some(n) if self.rng.in_range(0, 10) > 0 => n,
             _ => self.rng.in_range(0, self.nodes.len() as u64) as usize,
         };
-        if !self.nodes[n].up {
+        if !self.nodes[n].running() {
             return Ok(());
         }
         self.next_payload += 1;
         let len = self.rng.in_range(0, 48) as usize;
         let mut data = format!("g{g}-p{}-", self.next_payload).into_bytes();
         data.resize(data.len() + len, b'.');
-        let Some(r) = self.nodes[n].groups[g].raft.as_mut() else {
-            return Ok(());
-        };
-        if let Err(helix_raft::ProposeError::Backpressure) = r.propose(Bytes::from(data)) {
-            self.stats.backpressure += 1;
-        }
-        self.process(n, g)
+        self.propose(n, g, Bytes::from(data))?;
+        Ok(())
     }
 
-    fn fsync_random(&mut self) -> Result<(), String> {
+    /// Proposes `data` on node `n`, recording it in the driver's book and,
+    /// if taken, as a proposal the node must answer.
+    fn propose(&mut self, n: usize, g: usize, data: Bytes) -> Result<bool, String> {
+        self.history[g].proposed.insert(data.clone());
+        let r = self.nodes[n].group_mut(g).expect("running");
+        let term = r.term();
+        let taken = match r.propose(data.clone()) {
+            Ok(index) => {
+                self.nodes[n].groups[g]
+                    .pending
+                    .push(node::Pending { index, term, data });
+                true
+            }
+            Err(helix_raft::ProposeError::Backpressure) => {
+                self.stats.backpressure += 1;
+                false
+            }
+            Err(_) => false,
+        };
+        self.process_node(n)?;
+        Ok(taken)
+    }
+
+    /// Starts an fsync of every group's WAL on one node (it completes later).
+    fn fsync_start_random(&mut self) {
         let n = self.rng.in_range(0, self.nodes.len() as u64) as usize;
-        if !self.nodes[n].up || !self.cfg.fsync {
+        if !self.nodes[n].up() || !self.cfg.fsync {
+            return;
+        }
+        for host in &mut self.nodes[n].groups {
+            if host.wal.fsync_started.is_none() {
+                host.wal.fsync_started = Some(host.wal.entries.len());
+            }
+        }
+    }
+
+    /// Completes a node's running fsync: what it covered is durable.
+    fn fsync_complete_random(&mut self) -> Result<(), String> {
+        let n = self.rng.in_range(0, self.nodes.len() as u64) as usize;
+        if !self.nodes[n].running() || !self.cfg.fsync {
             return Ok(());
         }
-        // One fsync covers every group's appends on this node.
         for g in 0..self.cfg.groups {
             let host = &mut self.nodes[n].groups[g];
-            host.wal.fsynced = host.wal.entries.len();
+            let Some(covered) = host.wal.fsync_started.take() else {
+                continue;
+            };
+            host.wal.fsynced = host.wal.fsynced.max(covered);
             let durable = LogIndex(host.wal.fsynced as u64);
-            if let Some(r) = host.raft.as_mut()
-                && let Err(e) = r.durable_to(durable)
-            {
+            let r = self.nodes[n].group_mut(g).expect("running");
+            if let Err(e) = r.durable_to(durable) {
                 return self.fail(format!("durable_to({durable}) refused: {e}"));
             }
-            self.process(n, g)?;
         }
-        Ok(())
+        self.process_node(n)
     }
 
     fn transfer_random(&mut self) -> Result<(), String> {
@@ -332,51 +522,153 @@ impl Sim {
             return Ok(());
         };
         let to = NodeId(self.rng.in_range(1, self.cfg.nodes as u64 + 1));
-        if let Some(r) = self.nodes[n].groups[g].raft.as_mut() {
+        if let Some(r) = self.nodes[n].group_mut(g) {
             r.transfer_leader(to);
             self.stats.transfers += 1;
         }
-        self.process(n, g)
+        self.process_node(n)
     }
 
-    fn crash_random(&mut self) {
-        if trace() {
-            eprintln!("t={} crash step", self.now);
+    fn campaign_random(&mut self) -> Result<(), String> {
+        let n = self.rng.in_range(0, self.nodes.len() as u64) as usize;
+        let g = self.rng.in_range(0, self.cfg.groups as u64) as usize;
+        if !self.nodes[n].running() {
+            return Ok(());
         }
-        let up: Vec<usize> = (0..self.nodes.len())
-            .filter(|n| self.nodes[*n].up)
-            .collect();
-        if up.is_empty() {
+        self.nodes[n].group_mut(g).expect("running").campaign();
+        self.stats.campaigns += 1;
+        self.process_node(n)
+    }
+
+    /// Delivers again a batch from the past, preferably to a leader of a
+    /// later term than the batch's (stale answers reaching a new leader).
+    fn replay_old(&mut self) {
+        if !self.cfg.network_faults {
             return;
         }
-        // One, two, or every live node at once.
-        let k = match self.rng.in_range(0, 5) {
-            0..3 => 1,
-            3 => 2,
-            _ => up.len(),
+        let nodes = &self.nodes;
+        self.net.replay(self.now, &mut self.rng, |b| {
+            let to = &nodes[(b.to.0 - 1) as usize];
+            b.messages.iter().any(|m| {
+                to.group(m.group.0 as usize)
+                    .is_some_and(|r| r.role() == Role::Leader && r.term() > m.term)
+            })
+        });
+    }
+
+    /// Cuts a group's leader off for 3 to 15 election timeouts.
+    fn isolate_a_leader(&mut self) {
+        if !self.cfg.network_faults {
+            return;
         }
-        .min(up.len());
-        let mut pool = up;
-        for _ in 0..k {
-            let i = self.rng.in_range(0, pool.len() as u64) as usize;
-            let n = pool.swap_remove(i);
-            self.nodes[n].crash(self.cfg.fsync);
-            self.stats.crashes += 1;
+        let g = self.rng.in_range(0, self.cfg.groups as u64) as usize;
+        if let Some(n) = self.leader_of(g) {
+            let until = self.now + self.rng.in_range(30, 300);
+            self.net.isolate(self.nodes[n].id, until);
         }
-        if self.nodes.iter().all(|n| !n.up) {
+    }
+
+    /// Stops a node (memory intact) for up to 6 election timeouts.
+    fn pause_random(&mut self) {
+        let n = self.rng.in_range(0, self.nodes.len() as u64) as usize;
+        if !self.nodes[n].running() {
+            return;
+        }
+        let until = self.now + self.rng.in_range(1, 120);
+        self.nodes[n].paused_until = Some(until);
+        self.stats.pauses += 1;
+    }
+
+    fn resume(&mut self, n: usize) -> Result<(), String> {
+        self.nodes[n].paused_until = None;
+        while let Some(b) = self.nodes[n].inbox.pop_front() {
+            self.deliver(b)?;
+            if !self.nodes[n].running() {
+                break;
+            }
+        }
+        self.process_node(n)
+    }
+
+    /// A crash of the kind the durability mode can suffer.
+    pub(super) fn crash_node(&mut self, n: usize) {
+        if trace() {
+            eprintln!("t={} crash node {}", self.now, n + 1);
+        }
+        let power_loss = self.cfg.fsync && self.rng.in_range(0, 2) == 0;
+        self.nodes[n].crash(power_loss);
+        self.stats.crashes += 1;
+        if power_loss {
+            self.stats.power_losses += 1;
+        } else {
+            self.stats.process_crashes += 1;
+        }
+        if self.nodes.iter().all(|n| !n.up()) {
             self.stats.all_crashed += 1;
         }
     }
 
+    /// One node, two, a majority but not all (3 or 4 of 5), or all at once.
+    fn crash_random(&mut self) -> Result<(), String> {
+        let up: Vec<usize> = (0..self.nodes.len())
+            .filter(|n| self.nodes[*n].up())
+            .collect();
+        if up.is_empty() {
+            return Ok(());
+        }
+        let quorum = self.cfg.nodes as u64 / 2 + 1;
+        let k = match self.rng.in_range(0, 10) {
+            0..6 => 1,
+            6..8 => 2,
+            8 => self.rng.in_range(quorum, self.cfg.nodes as u64) as usize,
+            _ => up.len(),
+        }
+        .min(up.len());
+        if k >= quorum as usize {
+            self.stats.majority_crashes += 1;
+        }
+        let mut pool = up;
+        for _ in 0..k {
+            let i = self.rng.in_range(0, pool.len() as u64) as usize;
+            let n = pool.swap_remove(i);
+            self.crash_node(n);
+        }
+        self.check_majority_holds("after a crash")
+    }
+
+    /// Crashes a node where it hurts: a (pre-)candidate mid-election, or a
+    /// leader that has not yet acknowledged an entry of its term.
+    fn crash_aimed(&mut self) -> Result<(), String> {
+        let targets: Vec<usize> = (0..self.nodes.len())
+            .filter(|n| {
+                (0..self.cfg.groups).any(|g| {
+                    self.nodes[*n].group(g).is_some_and(|r| match r.role() {
+                        Role::Candidate | Role::PreCandidate => true,
+                        Role::Leader => r.term_at(r.acknowledged()) != Some(r.term()),
+                        Role::Follower => false,
+                    })
+                })
+            })
+            .collect();
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let n = targets[self.rng.in_range(0, targets.len() as u64) as usize];
+        self.stats.aimed_crashes += 1;
+        self.crash_node(n);
+        self.check_majority_holds("after an aimed crash")
+    }
+
     fn restart_random(&mut self) -> Result<(), String> {
         let down: Vec<usize> = (0..self.nodes.len())
-            .filter(|n| !self.nodes[*n].up)
+            .filter(|n| !self.nodes[*n].up())
             .collect();
         if down.is_empty() {
             return Ok(());
         }
         let n = down[self.rng.in_range(0, down.len() as u64) as usize];
-        self.restart(n)
+        self.restart(n)?;
+        self.check_majority_holds("after a restart")
     }
 
     fn restart(&mut self, n: usize) -> Result<(), String> {
@@ -385,22 +677,46 @@ impl Sim {
         }
         let seed = self.rng.next_u64();
         self.nodes[n].start(&self.raft_cfgs[n], seed);
-        for g in 0..self.cfg.groups {
-            self.process(n, g)?;
+        self.process_node(n)
+    }
+
+    /// Heals everything and resumes paused nodes: the faults are over.
+    fn calm(&mut self) -> Result<(), String> {
+        self.net.heal_all(self.now, &mut self.rng);
+        self.net.set_faults(false);
+        for n in 0..self.nodes.len() {
+            if self.nodes[n].paused_until.is_some() {
+                self.resume(n)?;
+            }
         }
         Ok(())
+    }
+
+    /// One tick of a calm cluster: deliver everything due, fsync everyone.
+    fn calm_tick(&mut self) -> Result<(), String> {
+        self.tick()?;
+        while let Some(b) = self.net.pop_random(self.now, &mut self.rng) {
+            self.deliver(b)?;
+        }
+        if self.cfg.fsync {
+            for n in 0..self.nodes.len() {
+                if self.nodes[n].up() {
+                    self.fsync_node(n)?;
+                }
+            }
+        }
+        self.check_all()
     }
 
     /// After faults stop: heal, optionally crash everyone, bring a majority
     /// (at least) up, and require every group to acknowledge a new proposal.
     fn liveness(&mut self) -> Result<(), String> {
-        self.net.heal();
-        self.net.set_faults(false);
+        self.calm()?;
         let coin = self.rng.in_range(0, 2) == 0;
         if self.cfg.liveness_crash_all.unwrap_or(coin) {
             for n in 0..self.nodes.len() {
-                if self.nodes[n].up {
-                    self.nodes[n].crash(self.cfg.fsync);
+                if self.nodes[n].up() {
+                    self.crash_node(n);
                 }
             }
             self.stats.all_crashed += 1;
@@ -413,35 +729,25 @@ impl Sim {
             order.swap(i, j);
         }
         for &n in order.iter().take(want_up) {
-            if !self.nodes[n].up {
+            if !self.nodes[n].up() {
                 self.restart(n)?;
             }
         }
         for &n in order.iter().skip(want_up) {
-            if self.nodes[n].up {
-                self.nodes[n].crash(self.cfg.fsync);
+            if self.nodes[n].up() {
+                self.crash_node(n);
             }
         }
+        self.check_majority_holds("after the liveness restart")?;
         let deadline = self.now + self.cfg.liveness_ticks;
         while self.now < deadline {
-            self.tick()?;
-            while let Some(m) = self.net.pop_random(self.now, &mut self.rng) {
-                self.deliver(m)?;
-            }
-            if self.cfg.fsync {
-                for n in 0..self.nodes.len() {
-                    if self.nodes[n].up {
-                        self.fsync_node(n)?;
-                    }
-                }
-            }
+            self.calm_tick()?;
             for g in 0..self.cfg.groups {
                 if self.history[g].liveness_done {
                     continue;
                 }
                 if let Some(n) = self.leader_of(g) {
-                    let pending = self.history[g].liveness_probe.clone();
-                    let needs_new = match &pending {
+                    let needs_new = match &self.history[g].liveness_probe {
                         None => true,
                         // Re-propose if the leader changed and the probe may be lost.
                         Some(_) => self.now.is_multiple_of(50),
@@ -449,16 +755,12 @@ impl Sim {
                     if needs_new {
                         self.next_payload += 1;
                         let data = Bytes::from(format!("liveness-g{g}-{}", self.next_payload));
-                        if let Some(r) = self.nodes[n].groups[g].raft.as_mut()
-                            && r.propose(data.clone()).is_ok()
-                        {
+                        if self.propose(n, g, data.clone())? {
                             self.history[g].liveness_probe = Some(data);
                         }
-                        self.process(n, g)?;
                     }
                 }
             }
-            self.check_all()?;
             if self.history.iter().all(|h| h.liveness_done) {
                 return Ok(());
             }
@@ -470,6 +772,93 @@ impl Sim {
             "liveness: groups {stuck:?} acknowledged nothing new within {} ticks after faults stopped with {want_up} of {} nodes up",
             self.cfg.liveness_ticks, self.cfg.nodes
         ))
+    }
+
+    /// The last word: crash every node, restart every node, wait until a
+    /// new entry of every group is acknowledged on every node, then require
+    /// every entry ever acknowledged or read in every node's WAL.
+    fn restart_everyone_and_compare(&mut self) -> Result<(), String> {
+        for n in 0..self.nodes.len() {
+            if self.nodes[n].up() {
+                self.crash_node(n);
+            }
+        }
+        for n in 0..self.nodes.len() {
+            self.restart(n)?;
+        }
+        self.check_majority_holds("after the final restart")?;
+        let mut probes: Vec<Option<(LogIndex, Term, Bytes)>> = vec![None; self.cfg.groups];
+        let deadline = self.now + self.cfg.liveness_ticks;
+        loop {
+            if self.now >= deadline {
+                return self.fail(format!(
+                    "final restart liveness: not every node acknowledged a new entry within {} ticks ({probes:?})",
+                    self.cfg.liveness_ticks
+                ));
+            }
+            self.calm_tick()?;
+            let mut done = true;
+            for (g, probe) in probes.iter_mut().enumerate() {
+                // Past the probe and past everything in the book: a probe
+                // of an earlier term may be acknowledged before entries a
+                // later leader exposed have reached every node.
+                let booked = self.history[g].booked_to();
+                let everywhere = probe.as_ref().is_some_and(|(i, t, d)| {
+                    self.nodes.iter().all(|node| {
+                        node.group(g)
+                            .is_some_and(|r| r.acknowledged() >= (*i).max(LogIndex(booked)))
+                            && node.groups[g].wal.holds(i.0, *t, d)
+                    })
+                });
+                if everywhere {
+                    continue;
+                }
+                done = false;
+                let Some(n) = self.leader_of(g) else {
+                    continue;
+                };
+                let r = self.nodes[n].group(g).expect("leader is up");
+                let stale = probe
+                    .as_ref()
+                    .is_none_or(|(_, t, _)| *t != r.term() && self.now.is_multiple_of(50));
+                if stale {
+                    self.next_payload += 1;
+                    let data = Bytes::from(format!("final-g{g}-{}", self.next_payload));
+                    let term = r.term();
+                    self.history[g].proposed.insert(data.clone());
+                    let r = self.nodes[n].group_mut(g).expect("leader is up");
+                    if let Ok(index) = r.propose(data.clone()) {
+                        *probe = Some((index, term, data));
+                    }
+                    self.process_node(n)?;
+                }
+            }
+            if done {
+                break;
+            }
+        }
+        for g in 0..self.cfg.groups {
+            let h = &self.history[g];
+            let book = h
+                .exposed
+                .iter()
+                .map(|(i, (t, d, _))| (*i, *t, d))
+                .chain(h.answered.iter().map(|(i, (t, d))| (*i, *t, d)));
+            for (i, t, d) in book {
+                if let Some(node) = self
+                    .nodes
+                    .iter()
+                    .find(|node| !node.groups[g].wal.holds(i, t, d))
+                {
+                    let msg = format!(
+                        "final restart: node {} group {g} lacks acknowledged entry {i} (term {t})",
+                        node.id
+                    );
+                    return self.fail(msg);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
