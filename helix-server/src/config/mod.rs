@@ -322,7 +322,7 @@ impl Default for Config {
             default_replication_factor: None,
             replica_lag_time_max: Duration::from_secs(10),
             auto_leader_rebalance_enable: true,
-            leader_imbalance_check_interval: Duration::from_secs(10),
+            leader_imbalance_check_interval: Duration::from_secs(300),
         }
     }
 }

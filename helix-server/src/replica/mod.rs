@@ -23,6 +23,7 @@
 
 mod catch_up;
 mod isr;
+mod payload;
 mod shard;
 mod syncer;
 

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::catch_up::CatchUps;
 use super::isr::IsrTracker;
+use super::payload::{MAX_PAYLOAD_BYTES, split_to_fit};
 use super::syncer::Syncer;
 use super::{Lane, Outbox};
 use crate::batcher::Work;
@@ -328,9 +329,12 @@ impl Shard {
     }
 
     fn send(&self, batch: MessageBatch, lane: Lane) {
-        if batch.messages.is_empty() {
-            return;
+        for part in split_to_fit(batch, MAX_PAYLOAD_BYTES) {
+            self.send_payload(part, lane);
         }
+    }
+
+    fn send_payload(&self, batch: MessageBatch, lane: Lane) {
         let to = batch.to;
         let body = encode_batch(&batch);
         let mut payload = bytes::BytesMut::with_capacity(1 + body.len());
