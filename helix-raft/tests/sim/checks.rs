@@ -166,13 +166,7 @@ impl Sim {
     pub fn check_majority_holds(&self, when: &str) -> Result<(), String> {
         let quorum = self.cfg.nodes / 2 + 1;
         for g in 0..self.cfg.groups {
-            let h = &self.history[g];
-            let book = h
-                .exposed
-                .iter()
-                .map(|(i, (t, d, _))| (*i, *t, d))
-                .chain(h.answered.iter().map(|(i, (t, d))| (*i, *t, d)));
-            for (i, t, d) in book {
+            for (i, t, d) in self.history[g].book() {
                 let holding = self
                     .nodes
                     .iter()

@@ -194,6 +194,15 @@ pub struct GroupHistory {
 }
 
 impl GroupHistory {
+    /// Every entry that must survive: (index, term, bytes) of each entry
+    /// exposed (acknowledged or read) and each proposal answered.
+    pub fn book(&self) -> impl Iterator<Item = (u64, Term, &Bytes)> {
+        self.exposed
+            .iter()
+            .map(|(i, (t, d, _))| (*i, *t, d))
+            .chain(self.answered.iter().map(|(i, (t, d))| (*i, *t, d)))
+    }
+
     /// The highest index in the book (exposed or answered), 0 if none.
     pub fn booked_to(&self) -> u64 {
         let exposed = self.exposed.last_key_value().map_or(0, |(i, _)| *i);
@@ -838,13 +847,7 @@ impl Sim {
             }
         }
         for g in 0..self.cfg.groups {
-            let h = &self.history[g];
-            let book = h
-                .exposed
-                .iter()
-                .map(|(i, (t, d, _))| (*i, *t, d))
-                .chain(h.answered.iter().map(|(i, (t, d))| (*i, *t, d)));
-            for (i, t, d) in book {
+            for (i, t, d) in self.history[g].book() {
                 if let Some(node) = self
                     .nodes
                     .iter()
