@@ -116,7 +116,9 @@ class LinkProxy:
                 pass
 
 
-class Node:
+class Node(harness.OwnedProcess):
+    stop_timeout_s = 30
+
     def __init__(self, cluster: "HelixCluster", node_id: int):
         self.cluster = cluster
         self.id = node_id
@@ -164,32 +166,6 @@ class Node:
     def wait_serving(self) -> None:
         harness.wait_until_serving("127.0.0.1", self.kafka_port, self.proc,
                                    time.monotonic() + START_TIMEOUT_S, self.log)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self.proc = None
-
-    def stop(self, timeout: float = 30) -> int | None:
-        """SIGTERM; the exit code (None if it was not running)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        code = self.proc.returncode
-        self.proc = None
-        return code
 
     def log_tail(self, lines: int = 60) -> str:
         return harness.tail(self.log, lines)

@@ -118,7 +118,42 @@ class ExternalBroker(Broker):
         self.pid = int(pid) if pid else None
 
 
-class ManagedBroker(Broker):
+class OwnedProcess:
+    """A child process the suite started (``self.proc``): alive, kill -9, stop."""
+
+    proc: subprocess.Popen | None = None
+    stop_timeout_s: float = 20
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL if it has not exited within
+        ``stop_timeout_s``. Returns the exit code (negative: killed by that
+        signal), None if not running."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+
+class ManagedBroker(OwnedProcess, Broker):
     """A broker process the suite owns: start, kill -9, restart on the same data."""
 
     managed = True
@@ -166,37 +201,10 @@ class ManagedBroker(Broker):
     def env(self) -> dict[str, str]:
         return dict(os.environ)
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self.proc = None
-
     def restart(self) -> None:
         """kill -9 (if running) and start again on the same port and data dir."""
         self.kill9()
         self.start()
-
-    def stop(self) -> int | None:
-        """SIGTERM, then SIGKILL if it has not exited within 20 s. Returns the
-        exit code (negative: killed by that signal), None if not running."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        code = self.proc.returncode
-        self.proc = None
-        return code
 
 
 class HelixBroker(ManagedBroker):
