@@ -1,0 +1,72 @@
+//! What the runs exercised: counts of every fault kind, summed over seeds
+//! so a test can show each one happened.
+
+use super::network::NetCounts;
+
+/// What a run exercised (summed over seeds to show the faults happened).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    pub acknowledged: u64,
+    pub answered: u64,
+    pub consumer_reads: u64,
+    pub crashes: u64,
+    pub process_crashes: u64,
+    pub power_losses: u64,
+    pub majority_crashes: u64,
+    pub all_crashed: u64,
+    pub aimed_crashes: u64,
+    pub mid_ready_crashes: u64,
+    pub pauses: u64,
+    pub skewed_runs: u64,
+    pub elections_won: u64,
+    pub wal_truncations: u64,
+    pub fsync_races: u64,
+    pub catch_up_entries: u64,
+    pub backpressure: u64,
+    pub transfers: u64,
+    pub campaigns: u64,
+    pub multi_host_runs: u64,
+    pub pre_vote_off_runs: u64,
+    pub check_quorum_off_runs: u64,
+    pub net: NetCounts,
+}
+
+impl Stats {
+    pub fn add(&mut self, s: &Stats) {
+        macro_rules! sum {
+            ($($f:ident),*) => { $(self.$f += s.$f;)* };
+        }
+        sum!(
+            acknowledged,
+            answered,
+            consumer_reads,
+            crashes,
+            process_crashes,
+            power_losses,
+            majority_crashes,
+            all_crashed,
+            aimed_crashes,
+            mid_ready_crashes,
+            pauses,
+            skewed_runs,
+            elections_won,
+            wal_truncations,
+            fsync_races,
+            catch_up_entries,
+            backpressure,
+            transfers,
+            campaigns,
+            multi_host_runs,
+            pre_vote_off_runs,
+            check_quorum_off_runs
+        );
+        let (a, b) = (&mut self.net, &s.net);
+        a.dropped += b.dropped;
+        a.duplicated += b.duplicated;
+        a.long_delays += b.long_delays;
+        a.replays += b.replays;
+        a.held += b.held;
+        a.released += b.released;
+        a.isolations += b.isolations;
+    }
+}
