@@ -125,14 +125,12 @@ impl Broker {
         let peers = Arc::new(PeerHandler::new(host.clone(), cluster.clone()));
         peers.set_controller(controller.clone());
         cluster.set_liveness(link.clone());
-        let transport = match &config.cluster {
-            Some(_) if link_to.is_some() => {
-                if let Some(l) = link_to {
-                    link.set(l);
-                }
+        let transport = match (&config.cluster, link_to) {
+            (Some(_), Some(l)) => {
+                link.set(l);
                 None
             }
-            Some(c) if c.nodes.len() > 1 => {
+            (Some(c), None) if c.nodes.len() > 1 => {
                 let settings = TransportConfig::new(
                     me.0,
                     c.peer_listen()?,
