@@ -57,14 +57,19 @@ def metadata(bootstrap: str, topic: str):
     return sorted(md.brokers), parts
 
 
-def wait_fully_in_sync(cluster: HelixCluster, topic: str, timeout: float = 30.0):
+def wait_fully_in_sync(cluster: HelixCluster, topic: str, timeout: float = 30.0,
+                      preferred: bool = False):
+    """Metadata every node agrees on, with a full ISR (and, with `preferred`,
+    every leader its preferred replica: the settled state leader balancing
+    reaches, so leaders no longer move)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         views = [metadata(n.bootstrap, topic) for n in cluster.nodes if n.alive()]
         last = views
         if all(v == views[0] for v in views) and all(
-            leader >= 0 and len(isr) == 3 for leader, _, isr in views[0][1].values()
+            leader >= 0 and len(isr) == 3 and (not preferred or leader == replicas[0])
+            for leader, replicas, isr in views[0][1].values()
         ):
             return views[0]
         time.sleep(0.3)
@@ -146,7 +151,7 @@ def test_java_client_against_the_cluster(cluster, topic):
 
 def test_kafka_topics_describe_shows_leaders_and_isr(cluster, topic):
     create_topic(cluster.node(1).bootstrap, topic)
-    _, parts = wait_fully_in_sync(cluster, topic)
+    _, parts = wait_fully_in_sync(cluster, topic, preferred=True)
     libs = javalibs.maven_libs("kafka-tools", "3.9.1")
     proc = javalibs.java(f"{libs}/*", "org.apache.kafka.tools.TopicCommand",
                          "--bootstrap-server", cluster.node(3).bootstrap, "--describe", "--topic", topic)
