@@ -2,8 +2,9 @@
 //! from a block this node got from the controller (a block is durable in
 //! group 0 before any id of it is used, so no id is ever reused).
 //!
-//! A node fetches its next block in the background once the current one
-//! runs low, so a client rarely waits on the controller. When no id is at
+//! A node fetches its first block when it starts and the next one in the
+//! background once the current one runs low, so a client rarely waits on
+//! the controller, and a node cut off from it later still has ids. When no id is at
 //! hand a client waits at most [`WAIT`]; then it is answered
 //! COORDINATOR_LOAD_IN_PROGRESS (retriable) while the fetch goes on, as
 //! Kafka's brokers do. A node cut off from the controller thus answers in
@@ -59,12 +60,19 @@ pub struct ProducerIds {
 }
 
 impl ProducerIds {
+    /// Starts fetching the first block at once: a node that is cut off
+    /// from the controller later still has ids to hand out.
     pub fn new(controller: Arc<Controller>) -> Arc<ProducerIds> {
-        Arc::new(ProducerIds {
+        let ids = Arc::new(ProducerIds {
             controller,
-            blocks: Mutex::new(Blocks::default()),
+            blocks: Mutex::new(Blocks {
+                fetching: true,
+                ..Blocks::default()
+            }),
             fetched: Notify::new(),
-        })
+        });
+        tokio::spawn(ids.clone().fetch());
+        ids
     }
 
     /// A fresh producer id, or `NotReady` if no block came within [`WAIT`].

@@ -111,7 +111,13 @@ fn topic_entry(broker: &Broker, t: &Topic) -> MetadataResponseTopic {
                 None => {
                     m.error_code = LEADER_NOT_AVAILABLE;
                     m.leader_id = BrokerId(-1);
-                    m.leader_epoch = -1;
+                    // The term this replica last saw: a client that already
+                    // knows a newer leader (a higher epoch) ignores this
+                    // answer from a node cut off from the majority.
+                    m.leader_epoch = p
+                        .local
+                        .as_ref()
+                        .map_or(-1, |r| term_epoch(r.leadership().term));
                     m.isr_nodes = Vec::new();
                 }
             }
