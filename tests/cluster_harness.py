@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import harness
+import kwire
 
 START_TIMEOUT_S = float(os.environ.get("HELIX_TEST_START_TIMEOUT", "60"))
 
@@ -167,6 +168,20 @@ class Node(harness.OwnedProcess):
         harness.wait_until_serving("127.0.0.1", self.kafka_port, self.proc,
                                    time.monotonic() + START_TIMEOUT_S, self.log)
 
+    def wait_routing(self) -> None:
+        """Waits until the node answers Metadata: it does once it hears a
+        majority of the cluster (a node cut off closes the connection)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                with kwire.Conn("127.0.0.1", self.kafka_port, timeout=2.0) as conn:
+                    conn.brokers()
+                    return
+            except (OSError, kwire.ProtocolError) as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"node {self.id} never answered Metadata: {e}\n{self.log_tail()}")
+            time.sleep(0.1)
+
     def log_tail(self, lines: int = 60) -> str:
         return harness.tail(self.log, lines)
 
@@ -221,6 +236,8 @@ class HelixCluster:
             n.start(wait=False)
         for n in self.nodes:
             n.wait_serving()
+        for n in self.nodes:
+            n.wait_routing()
         return self
 
     def stop(self) -> None:

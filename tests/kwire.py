@@ -442,6 +442,14 @@ class Conn:
                 out[p] = (err, base)
         return out
 
+    def brokers(self) -> list[int]:
+        """Metadata v1 for no topic: the ids of the brokers the node lists."""
+        r = self.request(API_METADATA, 1, struct.pack(">i", 0))
+        out = []
+        for _ in range(r.i32()):
+            out.append(r.i32()); r.string(); r.i32(); r.string()  # node, host, port, rack
+        return out
+
     def leaders(self, topic: str) -> dict[int, tuple[int, int, list[int], list[int]]]:
         """Metadata v7 (non-flexible, with leader epochs) for one topic:
         {partition: (leader, leader_epoch, replicas, isr)}; raises on a topic error."""

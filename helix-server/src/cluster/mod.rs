@@ -119,6 +119,15 @@ impl ClusterState {
                 .unwrap_or(false)
     }
 
+    /// Whether this node hears a majority of the members (itself
+    /// included). A node that does not is cut off: it leads nothing and
+    /// its view of who leads what is stale, so it must not route clients
+    /// (see [`crate::kafka::dispatch`]).
+    pub fn hears_majority(&self) -> bool {
+        let heard = self.members.iter().filter(|m| self.is_alive(m.id)).count();
+        heard > self.members.len() / 2
+    }
+
     /// The members that are up, as clients should see them.
     pub fn live_members(&self) -> Vec<&Member> {
         self.members

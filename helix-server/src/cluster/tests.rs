@@ -605,3 +605,46 @@ async fn a_commit_acknowledged_before_the_coordinator_is_cut_off_is_served_by_th
 fn futures_now<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_hears_no_majority_closes_instead_of_routing_clients() {
+    use crate::kafka::tests::frame;
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, RequestKind};
+    let c = TestCluster::start(3).await;
+    let metadata = || {
+        frame(
+            ApiKey::Metadata,
+            9,
+            &RequestKind::Metadata(MetadataRequest::default()),
+        )
+    };
+    let answers = |b: &Arc<Broker>| {
+        let b = b.clone();
+        let f = metadata();
+        async move { crate::kafka::dispatch::start(&b, f).await.is_ok() }
+    };
+    assert!(
+        answers(c.broker(3)).await,
+        "a connected node answers Metadata"
+    );
+    c.isolate(3);
+    assert!(
+        !answers(c.broker(3)).await,
+        "a node cut off from the majority answered Metadata (its clients would ask it forever)"
+    );
+    let api_versions = frame(
+        ApiKey::ApiVersions,
+        3,
+        &RequestKind::ApiVersions(Default::default()),
+    );
+    assert!(
+        crate::kafka::dispatch::start(c.broker(3), api_versions)
+            .await
+            .is_ok(),
+        "ApiVersions is still answered"
+    );
+    assert!(answers(c.broker(1)).await, "the majority answers Metadata");
+    c.heal();
+    assert!(answers(c.broker(3)).await, "healed, the node answers again");
+    c.close().await;
+}

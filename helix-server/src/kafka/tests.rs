@@ -180,7 +180,7 @@ fn request(b: &Broker, key: ApiKey, version: i16) -> RequestKind {
     }
 }
 
-fn frame(key: ApiKey, version: i16, body: &RequestKind) -> Bytes {
+pub(crate) fn frame(key: ApiKey, version: i16, body: &RequestKind) -> Bytes {
     let mut buf = BytesMut::new();
     let header = RequestHeader::default()
         .with_request_api_key(key as i16)
