@@ -2,14 +2,16 @@
 """3-node side-by-side benchmark: Helix (scripts/local-cluster.sh) or Apache
 Kafka (../shared/bench/kafka/cluster.sh), the same librdkafka load on each.
 
-    scripts/bench_cluster.py helix|kafka [--out DIR] [--scale F]
+    scripts/bench_cluster.py helix|kafka [--out DIR] [--scale F] [--server-args "ARGS"]
 
 Starts a fresh 3-node cluster, creates topic `bench` (6 partitions, RF 3),
 runs ../shared/bench/kafka/rdkafka_bench.py (acks=all, 1 KiB records):
 1 producer unthrottled, 4 producers unthrottled, 1 producer at 20,000 rec/s
 offered (linger 1 ms); then reads every broker's CPU seconds (utime + stime
 from /proc/PID/stat) and peak RSS (VmHWM), prints one JSON summary and stops
-the cluster. --scale multiplies the record counts (for quick tries).
+the cluster. --scale multiplies the record counts (for quick tries);
+--server-args go to every helix-server (e.g. a shorter leader balancing
+interval, to measure a balancing round under load).
 """
 import argparse
 import json
@@ -39,15 +41,16 @@ def peak_rss_kib(pid: int) -> int:
 class Helix:
     ports = [29092, 29093, 29094]
 
-    def __init__(self, out: pathlib.Path):
+    def __init__(self, out: pathlib.Path, server_args: list[str]):
         self.data = out / "helix-data"
+        self.server_args = server_args
 
     def start(self):
         subprocess.run(["scripts/local-cluster.sh", "stop", "--data-dir", str(self.data)], cwd=ROOT,
                        check=False, capture_output=True)
         subprocess.run(["rm", "-rf", str(self.data)], check=True)
         subprocess.run(["scripts/local-cluster.sh", "start", "--nodes", "3", "--base-port", "29092",
-                        "--data-dir", str(self.data)], cwd=ROOT, check=True,
+                        "--data-dir", str(self.data), "--", *self.server_args], cwd=ROOT, check=True,
                        env={**os.environ, "RUST_LOG": "warn"})
 
     def pids(self):
@@ -111,10 +114,11 @@ def main():
     ap.add_argument("system", choices=["helix", "kafka"])
     ap.add_argument("--out", default="/tmp/bench-cluster")
     ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--server-args", default="", help="extra helix-server flags (helix only)")
     a = ap.parse_args()
     out = pathlib.Path(a.out) / a.system
     out.mkdir(parents=True, exist_ok=True)
-    system = Helix(out) if a.system == "helix" else Kafka(out)
+    system = Helix(out, a.server_args.split()) if a.system == "helix" else Kafka(out)
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in system.ports)
     n = lambda count: str(int(count * a.scale))
     system.start()

@@ -209,3 +209,36 @@ def test_consumer_group_rebalances_and_resumes_from_commits(cluster, topic):
     c.close()
     assert sorted(seen + rest, key=int) == [b"%d" % i for i in range(1200)], \
         f"read {len(seen)} then {len(rest)}: duplicates or gaps"
+
+
+def test_min_insync_replicas_up_to_the_majority(cluster, topic):
+    """Helix acknowledges acks=all writes once a majority of the replicas
+    has them (ADR 0014): min.insync.replicas up to that majority is taken
+    and shown; a larger value, which Raft would not honour, is refused."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import ConfigResource
+    bootstrap = cluster.node(2).bootstrap
+    a = clients.admin(bootstrap)
+
+    def describe(name):
+        (fut,) = a.describe_configs([ConfigResource("TOPIC", name)], request_timeout=30).values()
+        return fut.result(timeout=30)["min.insync.replicas"]
+
+    create_topic(bootstrap, topic, 1)
+    entry = describe(topic)
+    assert (entry.value, entry.source) == ("2", 5), (entry.value, entry.source)  # default: 2 of 3
+
+    set_two = topic + "-two"
+    a.create_topics([NewTopic(set_two, 1, 3, config={"min.insync.replicas": "2"})],
+                    operation_timeout=30)[set_two].result(timeout=30)
+    entry = describe(set_two)
+    assert (entry.value, entry.source) == ("2", 1), (entry.value, entry.source)  # DYNAMIC_TOPIC_CONFIG
+
+    too_many = topic + "-three"
+    fut = a.create_topics([NewTopic(too_many, 1, 3, config={"min.insync.replicas": "3"})],
+                          operation_timeout=30)[too_many]
+    with pytest.raises(KafkaException) as exc:
+        fut.result(timeout=30)
+    assert exc.value.args[0].code() == KafkaError.INVALID_CONFIG, exc.value
+    assert "majority" in exc.value.args[0].str(), exc.value
+    assert too_many not in a.list_topics(timeout=10).topics

@@ -78,4 +78,6 @@ pub struct Status {
     pub elections_started: u64,
     pub elections_won: u64,
     pub wal_truncations: u64,
+    /// The node leadership is being handed to (leader only).
+    pub transferring_to: Option<NodeId>,
 }

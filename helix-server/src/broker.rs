@@ -271,6 +271,7 @@ impl Broker {
                 )?
             }
         };
+        topic_config::check_replication(&configs, replicas.first().map_or(0, Vec::len))?;
         let id = random_uuid();
         let command = Command::CreateTopic {
             name: name.to_string(),
@@ -388,6 +389,7 @@ impl Broker {
                 "{name} is an internal topic"
             )));
         }
+        topic_config::check_replication(&configs, topic.replication_factor())?;
         if validate_only {
             return Ok(());
         }

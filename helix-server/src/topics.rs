@@ -45,6 +45,13 @@ pub struct Topic {
     pub internal: bool,
 }
 
+impl Topic {
+    /// Replicas per partition (every partition has as many).
+    pub fn replication_factor(&self) -> usize {
+        self.partitions.first().map_or(0, |p| p.replicas.len())
+    }
+}
+
 /// The local replica of partition `index` of a topic looked up by name or
 /// (`by_id`) by id, or the error a client gets for it.
 pub fn replica(topic: Option<&Arc<Topic>>, index: i32, by_id: bool) -> Result<&Arc<Partition>> {

@@ -286,6 +286,7 @@ impl RaftGroup {
             elections_started: self.counters.elections_started,
             elections_won: self.counters.elections_won,
             wal_truncations: self.counters.wal_truncations,
+            transferring_to: self.transferee,
         }
     }
 

@@ -35,7 +35,9 @@ pub enum ConfigKind {
 
 /// Every topic setting Helix accepts. Each one takes effect: retention in
 /// the retention sweep, max.message.bytes in produce validation,
-/// segment.bytes is recorded for the WAL's segment rolling.
+/// segment.bytes is recorded for the WAL's segment rolling;
+/// min.insync.replicas is accepted up to the majority of the replicas, which
+/// Raft's acknowledgement rule always meets (ADR 0014).
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     ConfigDef {
         name: "cleanup.policy",
@@ -62,14 +64,28 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         kind: ConfigKind::Long { min: 14 },
     },
     ConfigDef {
+        name: "min.insync.replicas",
+        kind: ConfigKind::Long { min: 1 },
+    },
+    ConfigDef {
         name: "compression.type",
         kind: ConfigKind::Choice(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
     },
 ];
 
-/// The default value of a setting, and where it comes from.
-pub fn default_value(name: &str, broker: &Config) -> Option<(String, ConfigSource)> {
+/// The default value of a setting for a topic of `replication_factor`, and
+/// where it comes from.
+pub fn default_value(
+    name: &str,
+    broker: &Config,
+    replication_factor: usize,
+) -> Option<(String, ConfigSource)> {
     let v = match name {
+        // What acks=all waits for: a majority of the replicas (ADR 0014).
+        "min.insync.replicas" => (
+            majority(replication_factor).to_string(),
+            ConfigSource::Default,
+        ),
         "cleanup.policy" => ("delete".to_string(), ConfigSource::Default),
         "max.message.bytes" => (
             broker.max_message_bytes.to_string(),
@@ -124,6 +140,37 @@ pub fn validate(name: &str, value: &str) -> Result<String> {
     }
 }
 
+/// The replicas a write is on when Helix acknowledges it (acks=all): a
+/// majority of `replication_factor`.
+pub fn majority(replication_factor: usize) -> usize {
+    replication_factor / 2 + 1
+}
+
+/// Checks the overrides that depend on the replication factor: a
+/// min.insync.replicas above the majority would promise more than Raft's
+/// acknowledgement gives (ADR 0014).
+pub fn check_replication(
+    configs: &BTreeMap<String, String>,
+    replication_factor: usize,
+) -> Result<()> {
+    let Some(min) = configs
+        .get("min.insync.replicas")
+        .and_then(|v| v.parse::<usize>().ok())
+    else {
+        return Ok(());
+    };
+    let most = majority(replication_factor);
+    if min > most {
+        return Err(HelixError::InvalidConfig(format!(
+            "min.insync.replicas: {min} is above {most}, the majority of the topic's \
+             {replication_factor} replicas; Helix acknowledges a write (acks=all) once a \
+             majority has it, so values up to {most} always hold and larger ones are not \
+             supported"
+        )));
+    }
+    Ok(())
+}
+
 /// Validates a whole set of overrides.
 pub fn validate_all(configs: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>> {
     configs
@@ -170,6 +217,16 @@ mod tests {
         assert!(validate("retention.ms", "soon").is_err());
         assert!(validate("cleanup.policy", "compact").is_err());
         assert!(validate("no.such.config", "1").is_err());
+        assert!(validate("min.insync.replicas", "0").is_err());
+        let min = |v: &str| BTreeMap::from([("min.insync.replicas".to_string(), v.to_string())]);
+        assert!(check_replication(&min("2"), 3).is_ok());
+        assert!(
+            check_replication(&min("3"), 3).is_err(),
+            "3 of 3 is more than Raft waits for"
+        );
+        assert!(check_replication(&min("3"), 5).is_ok());
+        assert!(check_replication(&min("1"), 1).is_ok());
+        assert!(check_replication(&BTreeMap::new(), 1).is_ok());
     }
 
     #[test]

@@ -81,11 +81,11 @@ fn topic_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, HelixError> 
         .filter_map(|d| {
             let (value, source) = match topic.configs.get(d.name) {
                 Some(v) => (v.clone(), ConfigSource::DynamicTopic),
-                None => default_value(d.name, &broker.config)?,
+                None => default_value(d.name, &broker.config, topic.replication_factor())?,
             };
             let t = match d.name {
                 "cleanup.policy" => TYPE_LIST,
-                "max.message.bytes" | "segment.bytes" => TYPE_INT,
+                "max.message.bytes" | "segment.bytes" | "min.insync.replicas" => TYPE_INT,
                 "retention.ms" | "retention.bytes" => TYPE_LONG,
                 _ => TYPE_STRING,
             };

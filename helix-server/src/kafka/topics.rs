@@ -44,7 +44,11 @@ pub async fn create_topics(
                                     Some(v) => {
                                         (v.clone(), topic_config::ConfigSource::DynamicTopic)
                                     }
-                                    None => topic_config::default_value(d.name, &broker.config)?,
+                                    None => topic_config::default_value(
+                                        d.name,
+                                        &broker.config,
+                                        topic.replication_factor as usize,
+                                    )?,
                                 };
                                 let mut c = CreatableTopicConfigs::default();
                                 c.name = wire_str(d.name);

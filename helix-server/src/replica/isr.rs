@@ -89,6 +89,7 @@ mod tests {
             elections_started: 0,
             elections_won: 0,
             wal_truncations: 0,
+            transferring_to: None,
         }
     }
 

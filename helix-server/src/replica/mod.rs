@@ -28,7 +28,7 @@ mod shard;
 mod syncer;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -76,6 +76,8 @@ pub struct HostSettings {
 pub struct ReplicaHost {
     node: NodeId,
     shards: Vec<mpsc::Sender<ShardInput>>,
+    /// Per shard: a tick is queued and not yet taken.
+    ticks_pending: Vec<Arc<AtomicBool>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     syncer: Syncer,
     /// Every replica being served, by group.
@@ -99,6 +101,7 @@ impl ReplicaHost {
         let count = settings.shards.max(1);
         let syncer = Syncer::start(settings.sync_group.clone())?;
         let mut senders = Vec::with_capacity(count);
+        let mut ticks_pending = Vec::with_capacity(count);
         let mut threads = Vec::with_capacity(count);
         let changes = Arc::new(AtomicU64::new(0));
         let tick_ms = settings.tick.as_millis().max(1) as u64;
@@ -108,7 +111,9 @@ impl ReplicaHost {
             .map(|d| (d.as_millis() as u64).div_ceil(tick_ms).max(1));
         for i in 0..count {
             let (tx, rx) = mpsc::channel(SHARD_QUEUE);
+            let tick_pending = Arc::new(AtomicBool::new(false));
             let cx = ShardContext {
+                tick_pending: tick_pending.clone(),
                 node: settings.node,
                 outbox: outbox.clone(),
                 syncer: syncer.clone(),
@@ -122,11 +127,13 @@ impl ReplicaHost {
                 .spawn(move || shard.run(rx))
                 .map_err(|e| HelixError::Config(format!("cannot start a shard thread: {e}")))?;
             senders.push(tx);
+            ticks_pending.push(tick_pending);
             threads.push(thread);
         }
         let host = Arc::new(ReplicaHost {
             node: settings.node,
             shards: senders,
+            ticks_pending,
             threads: Mutex::new(threads),
             syncer,
             replicas: Arc::new(Mutex::new(HashMap::new())),
@@ -285,18 +292,28 @@ async fn forward(mut batcher: Batcher, group: GroupId, shard: mpsc::Sender<Shard
     }
 }
 
-/// One timer for every shard. A tick that finds a shard's queue full is
-/// skipped: the shard is busy, and time running slow under overload only
-/// delays elections.
+/// One timer for every shard. A shard gets at most one tick queued: a
+/// tick that finds the last one not yet taken (or the queue full) is
+/// skipped. A shard that fell behind its queue for a second must not then
+/// take twenty ticks in a row ahead of the heartbeats queued behind them:
+/// every follower it holds would time out at once and start an election
+/// (seen under load: dozens of elections after each busy second). Time
+/// running slow for a busy shard only delays its elections.
 async fn tick(host: std::sync::Weak<ReplicaHost>, every: Duration) {
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
         let Some(host) = host.upgrade() else { return };
-        for s in &host.shards {
-            if s.try_send(ShardInput::Tick).is_err() && s.is_closed() {
-                return;
+        for (s, pending) in host.shards.iter().zip(&host.ticks_pending) {
+            if pending.swap(true, Ordering::AcqRel) {
+                continue;
+            }
+            if s.try_send(ShardInput::Tick).is_err() {
+                pending.store(false, Ordering::Release);
+                if s.is_closed() {
+                    return;
+                }
             }
         }
     }

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use helix_raft::{GroupId, LogIndex, MessageBatch, MultiRaft, NodeId, RaftGroup, encode_batch};
 use tokio::sync::{mpsc, oneshot};
@@ -80,7 +80,18 @@ pub struct Shard {
     /// Every this many ticks, led groups whose preferred leader is another
     /// caught-up node hand leadership back to it (None: never).
     balance_every: Option<u64>,
+    /// A balancing round is under way: a few groups are handed back every
+    /// [`BALANCE_STEP_TICKS`] until none is left to move.
+    balancing: bool,
+    tick_pending: Arc<AtomicBool>,
 }
+
+/// Leader balancing hands back at most this many groups per shard at a
+/// time: each hand-over sends that partition's clients to another node, and
+/// dozens at once stalled produce for about 2 s under load.
+const BALANCE_BATCH: usize = 2;
+/// Ticks between two steps of a balancing round (0.5 s by default).
+const BALANCE_STEP_TICKS: u64 = 10;
 
 /// What a shard shares with the host.
 pub struct ShardContext {
@@ -90,6 +101,9 @@ pub struct ShardContext {
     pub isr_lag_ticks: u64,
     pub changes: Arc<AtomicU64>,
     pub balance_every: Option<u64>,
+    /// Set by the timer when it queues a tick, cleared when the tick is
+    /// taken (at most one tick queued).
+    pub tick_pending: Arc<AtomicBool>,
 }
 
 impl Shard {
@@ -111,6 +125,8 @@ impl Shard {
             isr_lag_ticks: cx.isr_lag_ticks,
             changes: cx.changes,
             balance_every: cx.balance_every,
+            balancing: false,
+            tick_pending: cx.tick_pending,
         }
     }
 
@@ -146,6 +162,7 @@ impl Shard {
     fn handle(&mut self, input: ShardInput) -> bool {
         match input {
             ShardInput::Tick => {
+                self.tick_pending.store(false, Ordering::Release);
                 self.multi.tick();
                 self.ticked = true;
                 self.ticks += 1;
@@ -153,7 +170,10 @@ impl Shard {
                     .balance_every
                     .is_some_and(|every| self.ticks.is_multiple_of(every))
                 {
-                    self.restore_preferred_leaders();
+                    self.balancing = true;
+                }
+                if self.balancing && self.ticks.is_multiple_of(BALANCE_STEP_TICKS) {
+                    self.balancing = self.restore_preferred_leaders(BALANCE_BATCH);
                 }
             }
             ShardInput::StepDownAll => self.step_down_all(),
@@ -388,11 +408,18 @@ impl Shard {
     /// Leader balancing (Kafka's auto.leader.rebalance): a group led here
     /// whose preferred leader (first replica) is another node, in the ISR
     /// and fully caught up, is handed back to it; so leadership returns to
-    /// where placement spread it once a restarted node has caught up.
-    fn restore_preferred_leaders(&mut self) {
+    /// where placement spread it once a restarted node has caught up. At
+    /// most `batch` groups start a hand-over per call (those already handing
+    /// over count); true when more may be waiting.
+    fn restore_preferred_leaders(&mut self, batch: usize) -> bool {
         let me = self.multi.node();
-        let ids: Vec<GroupId> = self.states.keys().copied().collect();
+        let mut ids: Vec<GroupId> = self.states.keys().copied().collect();
+        ids.sort_unstable();
+        let mut moving = 0;
         for id in ids {
+            if moving == batch {
+                return true;
+            }
             let Some(g) = self.multi.group_mut(id) else {
                 continue;
             };
@@ -403,6 +430,10 @@ impl Shard {
                 continue;
             }
             let status = g.status();
+            if status.transferring_to.is_some() {
+                moving += 1;
+                continue;
+            }
             let caught_up = status.followers.iter().any(|f| {
                 f.node == preferred
                     && f.matched == status.last_index
@@ -420,8 +451,10 @@ impl Shard {
                 );
                 g.transfer_leader(preferred);
                 self.touched.insert(id);
+                moving += 1;
             }
         }
+        false
     }
 
     /// Graceful shutdown: every group led here is handed to its most
