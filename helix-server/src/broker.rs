@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use helix_raft::{GroupId, MemoryBudget, NodeId};
-use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup};
+use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup, SyncMethod};
 
 use crate::batcher::Backpressure;
 use crate::cluster::ClusterState;
 use crate::cluster::peers::{LinkSlot, PeerHandler, PeerLink, TransportLink};
-use crate::config::Config;
+use crate::config::{Config, WriteDurability};
 use crate::controller::producer_ids::ProducerIds;
 use crate::controller::service::Controller;
 use crate::controller::topic_config;
@@ -81,7 +81,7 @@ impl Broker {
         let me = cluster.me;
         let cluster_id = cluster_id(&config)?;
         let logs = LogShared {
-            sync_group: SyncGroup::new(),
+            sync_group: SyncGroup::with_method(sync_method(config.write_durability)),
             file_budget: FileBudget::new(FileBudget::DEFAULT_MAX_MAPPED),
         };
         let link = Arc::new(LinkSlot::default());
@@ -429,6 +429,17 @@ impl Broker {
 }
 
 const TOPIC_ALREADY_EXISTS: i16 = 36;
+
+/// How fsync rounds flush. With fsync durability every log is flushed and one
+/// `syncfs` covers them all. With replication-only only the controller's log
+/// is, and a `syncfs` for it would also write back every partition's
+/// unflushed bytes (2.2 s under load, measured): flush its files alone.
+fn sync_method(durability: WriteDurability) -> SyncMethod {
+    match durability {
+        WriteDurability::Fsync => SyncMethod::Syncfs,
+        WriteDurability::ReplicationOnly => SyncMethod::PerFile,
+    }
+}
 
 /// Opens the controller: group 0 (every member a voter) over its own WAL
 /// in `<data-dir>/controller` (always fsync: metadata must outlive a power
