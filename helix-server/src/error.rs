@@ -76,6 +76,10 @@ pub enum HelixError {
     /// Something this node needs is still on its way (retriable).
     #[error("waiting for {0}")]
     NotReady(&'static str),
+    /// This node's replica was refused at open: stored data it had flushed
+    /// is damaged (ADR 0001). It serves nothing until repaired.
+    #[error("this replica is refused: {0}")]
+    DamagedReplica(String),
 }
 
 impl From<helix_wal::WalError> for HelixError {
@@ -140,6 +144,7 @@ impl HelixError {
             HelixError::Raft(_) => ResponseError::UnknownServerError,
             HelixError::RaftBackpressure => ResponseError::RequestTimedOut,
             HelixError::NotReady(_) => ResponseError::CoordinatorLoadInProgress,
+            HelixError::DamagedReplica(_) => ResponseError::KafkaStorageError,
         };
         e.code()
     }

@@ -30,6 +30,9 @@ pub struct TopicPartition {
     pub replicas: Vec<NodeId>,
     /// This node's replica, if it holds one.
     pub local: Option<Arc<Partition>>,
+    /// Why this node's replica was refused at open (damaged flushed data,
+    /// ADR 0001): requests for it get KAFKA_STORAGE_ERROR.
+    pub refused: Option<String>,
 }
 
 /// A topic as this node knows it. Replaced as a whole when it changes.
@@ -71,6 +74,9 @@ impl Topic {
             .ok()
             .and_then(|i| self.partitions.get(i))
             .ok_or(HelixError::UnknownTopicOrPartition)?;
+        if let Some(why) = &p.refused {
+            return Err(HelixError::DamagedReplica(why.clone()));
+        }
         p.local.as_ref().ok_or(HelixError::NotLeader)
     }
 
@@ -97,6 +103,43 @@ pub struct ReplicaFactory {
     pub logs: LogShared,
     pub raft: RaftSettings,
     pub host: Arc<ReplicaHost>,
+}
+
+/// A replica after its open: served, or refused with the reason.
+pub enum Opened {
+    Serving(Arc<Partition>),
+    Refused(String),
+}
+
+/// A replica whose flushed data is damaged is refused, alone: one log line
+/// with the file and position, and the rest of the node serves (ADR 0001).
+/// Any other failure to open stops the caller as before.
+fn refuse(
+    topic: &str,
+    index: i32,
+    e: HelixError,
+) -> Result<std::result::Result<Recovered, String>> {
+    match e {
+        HelixError::Wal(helix_wal::WalError::Corrupt {
+            file,
+            position,
+            reason,
+        }) => {
+            tracing::error!(
+                topic,
+                partition = index,
+                file = %file.display(),
+                position,
+                %reason,
+                "replica refused: data it had flushed is damaged; it serves nothing and takes no writes until repaired (the node's other partitions serve)"
+            );
+            Ok(Err(format!(
+                "{} at byte {position}: {reason}",
+                file.display()
+            )))
+        }
+        other => Err(other),
+    }
 }
 
 /// Threads recovering partitions at once: their time is mostly fsync
@@ -157,53 +200,63 @@ impl ReplicaFactory {
         &self,
         topic: &str,
         wanted: Vec<(i32, PathBuf, PartitionSettings)>,
-    ) -> Result<Vec<(i32, Arc<Partition>)>> {
+    ) -> Result<Vec<(i32, Opened)>> {
         let per_thread = wanted.len().div_ceil(RECOVERY_THREADS).max(1);
-        let recovered: Vec<Result<Vec<(i32, bool, Recovered)>>> =
-            tokio::task::block_in_place(|| {
-                std::thread::scope(|scope| {
-                    let workers: Vec<_> = wanted
-                        .chunks(per_thread)
-                        .map(|chunk| {
-                            scope.spawn(move || {
-                                chunk
-                                    .iter()
-                                    .map(|(index, dir, settings)| {
-                                        let fresh = !dir.join("wal").exists();
-                                        let leads = settings.spec.voters.first()
-                                            == Some(&settings.spec.node);
-                                        crate::partition::recover(
-                                            dir,
-                                            topic,
-                                            *index,
-                                            settings.clone(),
-                                        )
-                                        .map(|r| (*index, fresh && leads, r))
-                                    })
-                                    .collect()
-                            })
+        type Outcome = (i32, bool, std::result::Result<Recovered, String>);
+        let recovered: Vec<Result<Vec<Outcome>>> = tokio::task::block_in_place(|| {
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = wanted
+                    .chunks(per_thread)
+                    .map(|chunk| {
+                        scope.spawn(move || {
+                            chunk
+                                .iter()
+                                .map(|(index, dir, settings)| {
+                                    let fresh = !dir.join("wal").exists();
+                                    let leads =
+                                        settings.spec.voters.first() == Some(&settings.spec.node);
+                                    let recovered = match crate::partition::recover(
+                                        dir,
+                                        topic,
+                                        *index,
+                                        settings.clone(),
+                                    ) {
+                                        Ok(r) => Ok(r),
+                                        Err(e) => refuse(topic, *index, e)?,
+                                    };
+                                    Ok((*index, fresh && leads, recovered))
+                                })
+                                .collect()
                         })
-                        .collect();
-                    workers
-                        .into_iter()
-                        .map(|w| {
-                            w.join().unwrap_or_else(|_| {
-                                Err(HelixError::CorruptState(
-                                    "partition recovery thread panicked".into(),
-                                ))
-                            })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| {
+                        w.join().unwrap_or_else(|_| {
+                            Err(HelixError::CorruptState(
+                                "partition recovery thread panicked".into(),
+                            ))
                         })
-                        .collect()
-                })
-            });
+                    })
+                    .collect()
+            })
+        });
         let mut opened = Vec::with_capacity(wanted.len());
         for chunk in recovered {
             for (index, campaign, r) in chunk? {
+                let r = match r {
+                    Ok(r) => r,
+                    Err(why) => {
+                        opened.push((index, Opened::Refused(why)));
+                        continue;
+                    }
+                };
                 let p = self.host.install(r).await?;
                 if campaign && p.leadership().role != helix_raft::Role::Leader {
                     self.host.campaign(p.group);
                 }
-                opened.push((index, p));
+                opened.push((index, Opened::Serving(p)));
             }
         }
         Ok(opened)
@@ -307,6 +360,7 @@ impl TopicTable {
                     .as_ref()
                     .and_then(|o| o.partitions.get(i))
                     .and_then(|p| p.local.clone()),
+                refused: None,
             })
             .collect();
         let wanted: Vec<(i32, PathBuf, PartitionSettings)> = partitions
@@ -321,8 +375,11 @@ impl TopicTable {
                 )
             })
             .collect();
-        for (index, p) in self.factory.open(name, wanted).await? {
-            partitions[index as usize].local = Some(p);
+        for (index, opened) in self.factory.open(name, wanted).await? {
+            match opened {
+                Opened::Serving(p) => partitions[index as usize].local = Some(p),
+                Opened::Refused(why) => partitions[index as usize].refused = Some(why),
+            }
         }
         let log_settings_changed = old.as_ref().is_some_and(|o| {
             o.effective.retention_ms != effective.retention_ms

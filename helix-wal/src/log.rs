@@ -105,7 +105,7 @@ impl PartitionLog {
             );
         }
         log.shared.set_durable(recovered.last);
-        log.checkpoint()?;
+        log.checkpoint(false)?;
         let report = recovered.report;
         if let Some(t) = &report.truncated_tail {
             tracing::warn!(dir = %dir.display(), from_offset = t.from_offset, bytes = t.bytes, entries = t.entries, reason = %t.reason, "recovery cut a torn tail");
@@ -209,7 +209,7 @@ impl PartitionLog {
         }
         self.since_checkpoint += batches.len() as u64;
         if self.since_checkpoint >= self.config.checkpoint_interval_bytes {
-            self.checkpoint()?;
+            self.checkpoint(false)?;
         }
         Ok(AppendInfo {
             first_offset,
@@ -312,7 +312,8 @@ impl PartitionLog {
                 end_mark,
             );
         }
-        self.checkpoint()
+        // The sealed segment was flushed; the new one covers nothing yet.
+        self.checkpoint(true)
     }
 
     /// The current end as a mark (`None` for a log without entries).
@@ -329,7 +330,10 @@ impl PartitionLog {
 
     /// Records how far recovery may trust the active segment: its end in
     /// `ReplicationOnly`, the last group-committed entry in `Fsync`.
-    pub(crate) fn checkpoint(&mut self) -> Result<()> {
+    /// `flushed`: every byte it covers was just flushed (close, roll,
+    /// truncation), so damage inside it is refused on open, not cut; in
+    /// `Fsync` it covers only flushed bytes anyway.
+    pub(crate) fn checkpoint(&mut self, flushed: bool) -> Result<()> {
         self.since_checkpoint = 0;
         let (position, entry_count, next_offset, max_timestamp) = match &self.sync {
             None => (
@@ -358,6 +362,7 @@ impl PartitionLog {
             max_timestamp,
             offset_records: offset_records as u64,
             time_records: time_records as u64,
+            durable: flushed || self.sync.is_some(),
         }
         .write(&self.dir)
     }
@@ -438,7 +443,7 @@ impl PartitionLog {
                 Some(m),
             );
         }
-        self.checkpoint()
+        self.checkpoint(true)
     }
 
     /// Test helper: drops the log as a killed process would (no flush, no

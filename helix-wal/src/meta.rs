@@ -97,10 +97,16 @@ pub struct Checkpoint {
     /// Sparse index records on disk that describe `[0, position)`.
     pub offset_records: u64,
     pub time_records: u64,
+    /// Every byte it covers was flushed before it was written (always in
+    /// `Fsync`; at close, roll and truncation in `ReplicationOnly`). Damage
+    /// inside what a durable checkpoint covers is refused, never cut as a
+    /// torn tail (ADR 0001). Checkpoints from before this field read as
+    /// not durable.
+    pub durable: bool,
 }
 
 impl Checkpoint {
-    const FIELDS: usize = 7;
+    const FIELDS: usize = 8;
 
     pub fn path(dir: &Path) -> PathBuf {
         dir.join(CHECKPOINT)
@@ -110,8 +116,9 @@ impl Checkpoint {
         let Some(raw) = read(&Checkpoint::path(dir))? else {
             return Ok(None);
         };
-        Ok(
-            decode(CHECKPOINT_MAGIC, &raw, Self::FIELDS).map(|f| Checkpoint {
+        Ok(decode(CHECKPOINT_MAGIC, &raw, Self::FIELDS)
+            .or_else(|| decode(CHECKPOINT_MAGIC, &raw, Self::FIELDS - 1))
+            .map(|f| Checkpoint {
                 segment_base: f[0] as i64,
                 position: f[1],
                 entry_count: f[2],
@@ -119,8 +126,8 @@ impl Checkpoint {
                 max_timestamp: f[4] as i64,
                 offset_records: f[5],
                 time_records: f[6],
-            }),
-        )
+                durable: f.get(7) == Some(&1),
+            }))
     }
 
     /// Overwrites the checkpoint in place (one small write, no fsync: a lost or
@@ -136,6 +143,7 @@ impl Checkpoint {
                 self.max_timestamp as u64,
                 self.offset_records,
                 self.time_records,
+                u64::from(self.durable),
             ],
         );
         let path = Checkpoint::path(dir);
@@ -208,9 +216,22 @@ mod tests {
             max_timestamp: -1,
             offset_records: 1,
             time_records: 1,
+            durable: true,
         };
         cp.write(dir.path()).unwrap();
         assert_eq!(Checkpoint::read(dir.path()).unwrap(), Some(cp));
+        // A checkpoint written before the durable flag existed reads as not
+        // durable (its bytes may not have been flushed).
+        let old = encode(CHECKPOINT_MAGIC, &[100, 4096, 7, 150, u64::MAX, 1, 1]);
+        fs::write(Checkpoint::path(dir.path()), old).unwrap();
+        assert_eq!(
+            Checkpoint::read(dir.path()).unwrap(),
+            Some(Checkpoint {
+                durable: false,
+                ..cp
+            })
+        );
+        cp.write(dir.path()).unwrap();
         let path = Checkpoint::path(dir.path());
         let mut raw = fs::read(&path).unwrap();
         raw[9] ^= 1;

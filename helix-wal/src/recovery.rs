@@ -131,7 +131,8 @@ pub fn finish_truncation(dir: &Path, bases: &mut Vec<i64>, intent: TruncateInten
         index::trim_files(dir, base, 0, 0)?;
         if let Some(cp) = Checkpoint::read(dir)?
             && (cp.segment_base > base
-                || (cp.segment_base == base && cp.position > intent.position))
+                || (cp.segment_base == base
+                    && (cp.position > intent.position || cp.entry_count > intent.entry_count)))
         {
             meta::remove(dir, meta::CHECKPOINT)?;
         }
@@ -175,8 +176,17 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
             report,
         });
     }
-    let checkpoint =
-        Checkpoint::read(dir)?.filter(|cp| bases.binary_search(&cp.segment_base).is_ok());
+    let checkpoint = Checkpoint::read(dir)?;
+    if let Some(cp) = checkpoint.filter(|cp| cp.durable)
+        && bases.binary_search(&cp.segment_base).is_err()
+    {
+        return Err(WalError::Corrupt {
+            file: segment::log_path(dir, cp.segment_base),
+            position: 0,
+            reason: "the segment the recovery checkpoint covers is missing".into(),
+        });
+    }
+    let checkpoint = checkpoint.filter(|cp| bases.binary_search(&cp.segment_base).is_ok());
     let last_base = *bases.last().unwrap_or(&0);
     let trusted_below = checkpoint.map_or(last_base, |cp| cp.segment_base);
 
@@ -436,7 +446,15 @@ fn scan(
         if agrees {
             let first_index = first.filter(|_| cp.entry_count > 0).map(|f| f.pos.index);
             start = Some((cp, last, first_index, ix));
+        } else if cp.durable {
+            return Err(refused_inside(
+                &log,
+                cp,
+                last.map_or(0, |l| l.end().min(cp.position)),
+            ));
         }
+    } else if let Some(cp) = checkpoint.filter(|cp| cp.durable) {
+        return Err(refused_inside(&log, cp, log_len));
     }
     let (mut pos, mut count, mut first_index, mut ix, mut max_ts, verified_from_zero);
     match start {
@@ -585,6 +603,23 @@ fn scan(
         },
         cut,
     })
+}
+
+/// Damage inside what a durable checkpoint covers: acknowledged bytes, which
+/// are refused, never cut as a torn tail (ADR 0001). `position`: where the
+/// files stop agreeing with the checkpoint, as far as it is known.
+fn refused_inside(log: &Path, cp: Checkpoint, position: u64) -> WalError {
+    let reason = format!(
+        "the log and its entry index do not hold the {} bytes and {} entries the recovery \
+         checkpoint says were flushed (next offset {})",
+        cp.position, cp.entry_count, cp.next_offset
+    );
+    tracing::error!(file = %log.display(), position, %reason, "damage inside flushed data; refusing the log");
+    WalError::Corrupt {
+        file: log.to_path_buf(),
+        position,
+        reason,
+    }
 }
 
 fn log_file_set_len(path: &Path, len: u64) -> Result<()> {

@@ -114,7 +114,7 @@ impl PartitionLog {
             self.shared.set_durable(new_last);
         }
         self.active.sync()?;
-        self.checkpoint()?;
+        self.checkpoint(true)?;
         crash_point(&self.dir, 4)?;
         if next_offset < self.log_start_offset() {
             // The log start never exceeds the log end.

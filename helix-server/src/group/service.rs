@@ -31,7 +31,7 @@ use crate::cluster::ClusterState;
 use crate::controller::placement;
 use crate::error::{HelixError, Result};
 use crate::partition::{Partition, internal};
-use crate::topics::{ReplicaFactory, Topic, TopicPartition};
+use crate::topics::{Opened, ReplicaFactory, Topic, TopicPartition};
 
 /// Kafka's name of the internal topic holding group records.
 pub const GROUPS_TOPIC: &str = "__consumer_offsets";
@@ -144,6 +144,7 @@ impl GroupService {
                 group: GroupId(COORDINATOR_RAFT_GROUPS | i as u64),
                 replicas,
                 local: None,
+                refused: None,
             })
             .collect();
         let wanted = partitions
@@ -157,8 +158,11 @@ impl GroupService {
                 )
             })
             .collect();
-        for (index, p) in factory.open(GROUPS_TOPIC, wanted).await? {
-            partitions[index as usize].local = Some(p);
+        for (index, opened) in factory.open(GROUPS_TOPIC, wanted).await? {
+            match opened {
+                Opened::Serving(p) => partitions[index as usize].local = Some(p),
+                Opened::Refused(why) => partitions[index as usize].refused = Some(why),
+            }
         }
         let mut proposers = HashMap::new();
         let mut queues = Vec::new();

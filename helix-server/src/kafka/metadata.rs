@@ -124,7 +124,10 @@ fn topic_entry(broker: &Broker, t: &Topic) -> MetadataResponseTopic {
             m.offline_replicas = p
                 .replicas
                 .iter()
-                .filter(|n| !broker.cluster.is_alive(**n))
+                .filter(|n| {
+                    !broker.cluster.is_alive(**n)
+                        || (**n == broker.cluster.me && p.refused.is_some())
+                })
                 .map(|n| broker_id(*n))
                 .collect();
             m

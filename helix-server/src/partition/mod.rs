@@ -113,6 +113,15 @@ pub fn recover(
 ) -> Result<Recovered> {
     std::fs::create_dir_all(dir)?;
     let (log, recovery) = PartitionLog::open(&dir.join("wal"), settings.log.clone())?;
+    if let Some(d) = recovery.damaged.first() {
+        // A sealed segment that does not hold what its metadata claims:
+        // flushed data is damaged, and the replica is refused (ADR 0001).
+        return Err(HelixError::Wal(helix_wal::WalError::Corrupt {
+            file: d.file.clone(),
+            position: d.position,
+            reason: d.reason.clone(),
+        }));
+    }
     let snapshot = scan::Snapshot::load(dir);
     let acknowledged_hint = snapshot.as_ref().map_or(0, |s| s.acknowledged_offset);
     let (producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;

@@ -422,3 +422,71 @@ fn a_sealed_entry_index_with_untrimmed_slots_still_loads() {
     assert_eq!(log.term_of(1).unwrap(), Some(1));
     assert_eq!(&log.reader().read(0, 1).unwrap().bytes[..], &all[0][..]);
 }
+
+/// Issue 18: after a clean close every byte is flushed and the checkpoint
+/// says so; bytes missing from that range are damage, not a torn tail.
+#[test]
+fn damage_inside_a_flushed_checkpoint_is_refused_not_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = log_with_data(dir.path(), LogConfig::default());
+    log.close().unwrap();
+    let path = crate::segment::log_path(dir.path(), 0);
+    let before = fs::read(&path).unwrap();
+    let cut = before.len() as u64 - 100;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
+    match PartitionLog::open(dir.path(), LogConfig::default()) {
+        Err(WalError::Corrupt { file, position, .. }) => {
+            assert_eq!(file, path);
+            assert_eq!(position, cut, "where the file stops agreeing");
+        }
+        Err(e) => panic!("expected Corrupt, got {e:?}"),
+        Ok(_) => panic!("a log missing flushed bytes was opened"),
+    }
+    assert_eq!(log_file_len(dir.path()), cut, "nothing was cut on the way");
+
+    // The same for a damaged entry record inside the flushed range.
+    fs::write(&path, &before).unwrap();
+    let entries = crate::entry_index::path_for(dir.path(), 0);
+    let mut raw = fs::read(&entries).unwrap();
+    let last_slot = 2 * crate::entry_index::RECORD_LEN;
+    raw[last_slot + 3] ^= 0x10;
+    fs::write(&entries, &raw).unwrap();
+    assert!(matches!(
+        PartitionLog::open(dir.path(), LogConfig::default()),
+        Err(WalError::Corrupt { .. })
+    ));
+    assert_eq!(fs::read(&path).unwrap(), before, "the log is untouched");
+}
+
+/// A crash in `ReplicationOnly` may lose bytes past the last flush: the
+/// periodic checkpoint does not claim them flushed, so a torn tail there is
+/// still cut back to the last whole entry.
+#[test]
+fn a_torn_tail_past_an_unflushed_checkpoint_is_still_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        checkpoint_interval_bytes: 1,
+        ..LogConfig::default()
+    };
+    let (log, all) = log_with_data(dir.path(), config.clone());
+    log.crash();
+    let path = crate::segment::log_path(dir.path(), 0);
+    let len = log_file_len(dir.path());
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len - 10)
+        .unwrap();
+    let (log, rec) = PartitionLog::open(dir.path(), config).unwrap();
+    let cut = rec.truncated_tail.expect("the torn last entry is cut");
+    assert_eq!(cut.from_offset, 4);
+    assert_eq!(log.next_offset(), 4);
+    let r = log.reader().read(0, 1 << 20).unwrap();
+    assert_eq!(&r.bytes[..], &all[..r.bytes.len()]);
+}

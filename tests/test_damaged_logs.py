@@ -1,0 +1,76 @@
+"""Damage inside data the broker had flushed is refused, never cut
+(issue 18 item 3, ADR 0001): the repro from the issue, on the real binary.
+
+2,000 records acknowledged (acks=all), SIGTERM (the clean close flushes the
+log and writes a checkpoint that says so), 100 bytes cut off the end of the
+partition's `.log`, restart: the partition must not serve and must not take
+writes (a new write acknowledged at offset 0 would reuse offsets of
+acknowledged records), the broker says so in one log line with the file and
+position, the bytes on disk are left as they were, and the rest of the node
+serves."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+import clients
+import kwire
+
+pytestmark = [pytest.mark.managed,
+              pytest.mark.skipif(os.environ.get("HELIX_TEST_KAFKA_LIBS") is not None,
+                                 reason="Helix's data directory layout and ADR 0001's policy")]
+
+KAFKA_STORAGE_ERROR = 56
+
+
+def produce(bootstrap: str, topic: str, n: int) -> None:
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    acked = []
+    for i in range(n):
+        p.produce(topic, value=b"%06d" % i, partition=0,
+                  on_delivery=lambda err, msg: acked.append(err is None))
+    assert p.flush(60) == 0
+    assert len(acked) == n and all(acked)
+
+
+def test_a_log_cut_inside_flushed_data_is_refused_and_the_node_serves_the_rest(fresh_broker, topic):
+    b = fresh_broker
+    clients.create_topic(b.bootstrap, topic, 1)
+    produce(b.bootstrap, topic, 2000)
+    assert b.stop() == 0, "clean SIGTERM"
+    logs = sorted((b.data_dir / "topics").glob("*/0/wal/*.log"))
+    assert len(logs) == 1, logs
+    victim = logs[0]
+    before = victim.stat().st_size
+    os.truncate(victim, before - 100)
+
+    b.start()
+    with kwire.Conn(b.host, b.port) as conn:
+        batch = kwire.record_batch([kwire.Record(key=None, value=b"after-damage")])
+        answers = conn.produce(topic, {0: batch}, acks=-1, timeout_ms=5000)
+        assert answers[0][0] == KAFKA_STORAGE_ERROR, f"a write to the damaged partition: {answers}"
+        err, _, _ = conn.fetch(topic, 0, 0)
+        assert err == KAFKA_STORAGE_ERROR, f"a fetch from the damaged partition: error {err}"
+    assert victim.stat().st_size == before - 100, "recovery changed the damaged log"
+    log = b.log.read_text(errors="replace")
+    refused = [line for line in log.splitlines() if "replica refused" in line]
+    assert len(refused) == 1, f"one line naming the damage:\n{b.log_tail()}"
+    assert str(victim) in refused[0] and f"position={before - 100}" in refused[0], refused[0]
+    assert "torn or corrupt tail cut" not in log
+
+    # The rest of the node serves: a new topic takes writes and reads them.
+    other = topic + "-ok"
+    clients.create_topic(b.bootstrap, other, 1)
+    produce(b.bootstrap, other, 10)
+    with kwire.Conn(b.host, b.port) as conn:
+        deadline = time.monotonic() + 10
+        while True:
+            err, hw, _ = conn.fetch(other, 0, 0)
+            if (err, hw) == (kwire.ERR_NONE, 10) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert (err, hw) == (kwire.ERR_NONE, 10)
