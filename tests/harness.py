@@ -210,9 +210,10 @@ class ManagedBroker(OwnedProcess, Broker):
 class HelixBroker(ManagedBroker):
     kind = "helix"
 
-    def __init__(self, binary: Path, workdir: Path):
+    def __init__(self, binary: Path, workdir: Path, extra_args: list[str] | None = None):
         super().__init__(workdir)
         self.binary = binary
+        self.extra_args = list(extra_args or [])
 
     def command(self, port: int | None = None) -> list[str]:
         addr = f"{self.host}:{port or self.port}"
@@ -224,7 +225,7 @@ class HelixBroker(ManagedBroker):
             "--node-id", "1",
             "--auto-create-topics", "true",
         ]
-        return cmd + shlex.split(os.environ.get("HELIX_SERVER_ARGS", ""))
+        return cmd + self.extra_args + shlex.split(os.environ.get("HELIX_SERVER_ARGS", ""))
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)

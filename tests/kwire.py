@@ -295,8 +295,9 @@ def request_frame(api_key: int, version: int, correlation_id: int, body: bytes,
 class Conn:
     """One TCP connection speaking raw Kafka frames."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host: str, port: int, timeout: float = 10.0, source: str | None = None):
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.next_id = 1
         self._versions: dict[int, tuple[int, int]] | None = None

@@ -1,18 +1,18 @@
-//! The accept loop: a connection limit, the data-directory lock, the
+//! The accept loop: connection admission (`kafka::admission`), the data-directory lock, the
 //! retention timer, and graceful shutdown on SIGTERM / SIGINT (stop
 //! accepting, stop reading, answer in-flight requests, then exit).
 
 use std::fs::File;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::broker::{Broker, RETENTION_INTERVAL};
 use crate::config::Config;
 use crate::error::{HelixError, Result};
+use crate::kafka::admission::Admission;
 use crate::kafka::connection;
 use crate::metrics::metrics;
 
@@ -70,7 +70,11 @@ pub async fn run(config: Config) -> Result<()> {
         "helix-server is serving Kafka"
     );
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let limit = Arc::new(Semaphore::new(broker.config.max_connections));
+    let admission = Admission::new(
+        broker.config.max_connections,
+        broker.config.max_connections_per_ip,
+        broker.config.max_connections_per_ip_overrides.clone(),
+    );
     let mut connections = JoinSet::new();
     let mut retention = tokio::time::interval(RETENTION_INTERVAL);
     tokio::pin!(signal);
@@ -88,16 +92,16 @@ pub async fn run(config: Config) -> Result<()> {
                         continue;
                     }
                 };
-                let Ok(permit) = limit.clone().try_acquire_owned() else {
-                    tracing::warn!(%peer, "connection limit reached; refusing");
-                    continue;
+                let ticket = match admission.admit(peer.ip()) {
+                    Ok(t) => t,
+                    Err(refused) => {
+                        tracing::warn!(%peer, reason = %refused, "connection refused");
+                        continue;
+                    }
                 };
                 let b = broker.clone();
                 let rx = shutdown_rx.clone();
-                connections.spawn(async move {
-                    connection::serve(b, stream, rx).await;
-                    drop(permit);
-                });
+                connections.spawn(connection::serve(b, stream, rx, ticket));
             }
         }
     }

@@ -105,9 +105,20 @@ pub struct Flags {
     /// pause (default) or throttle: how an over-budget node slows producers.
     #[arg(long, value_enum)]
     pub backpressure_mode: Option<BackpressureMode>,
-    /// Most client connections served at once.
+    /// Most client connections served at once; at the limit the connection
+    /// idle longest is closed to admit a new one.
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Kafka's connections.max.idle.ms: a connection that sends no request
+    /// for this long is closed.
+    #[arg(long)]
+    pub connections_max_idle_ms: Option<u64>,
+    /// Kafka's max.connections.per.ip.
+    #[arg(long)]
+    pub max_connections_per_ip: Option<usize>,
+    /// Kafka's max.connections.per.ip.overrides: `IP:N,IP:N`.
+    #[arg(long)]
+    pub max_connections_per_ip_overrides: Option<String>,
     /// Groups: internal coordinator partitions group ids hash to
     /// (`offsets.topic.num.partitions`); fixed for the life of a data dir.
     #[arg(long)]
@@ -192,6 +203,9 @@ struct FileConfig {
     max_pending_bytes: Option<usize>,
     backpressure_mode: Option<BackpressureMode>,
     max_connections: Option<usize>,
+    connections_max_idle_ms: Option<u64>,
+    max_connections_per_ip: Option<usize>,
+    max_connections_per_ip_overrides: Option<String>,
     group_coordinator_partitions: Option<u32>,
     offsets_retention_minutes: Option<u64>,
     group_initial_rebalance_delay_ms: Option<u64>,
@@ -256,6 +270,12 @@ pub struct Config {
     pub backpressure_mode: BackpressureMode,
     /// Default 10000.
     pub max_connections: usize,
+    /// Default 10 minutes (Kafka's connections.max.idle.ms).
+    pub connections_max_idle: Duration,
+    /// Default 2147483647 (Kafka's max.connections.per.ip).
+    pub max_connections_per_ip: usize,
+    /// Per-IP exceptions to `max_connections_per_ip`; default none.
+    pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
     /// The group coordinator's settings (defaults in `GroupConfig`).
     pub groups: GroupConfig,
     /// Shard threads driving the Raft groups (default: one per core).
@@ -310,6 +330,9 @@ impl Default for Config {
             max_pending_bytes: 100 * 1024 * 1024,
             backpressure_mode: BackpressureMode::Pause,
             max_connections: 10_000,
+            connections_max_idle: Duration::from_secs(600),
+            max_connections_per_ip: i32::MAX as usize,
+            max_connections_per_ip_overrides: std::collections::HashMap::new(),
             groups: GroupConfig::default(),
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
             raft_tick: Duration::from_millis(50),
@@ -325,6 +348,32 @@ impl Default for Config {
             leader_imbalance_check_interval: Duration::from_secs(300),
         }
     }
+}
+
+/// Parses Kafka's `max.connections.per.ip.overrides` form, `IP:N,IP:N`
+/// (IPv6 as `[::1]:N`). Host names are refused: a client's address is
+/// known, its name is not.
+fn per_ip_overrides(text: &str) -> Result<std::collections::HashMap<std::net::IpAddr, usize>> {
+    let bad =
+        |what: String| HelixError::Config(format!("max_connections_per_ip_overrides: {what}"));
+    let mut out = std::collections::HashMap::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (host, n) = item
+            .rsplit_once(':')
+            .ok_or_else(|| bad(format!("{item:?} is not IP:N")))?;
+        let ip: std::net::IpAddr = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map_err(|_| bad(format!("{host:?} is not an IP address")))?;
+        let n: usize = n
+            .parse()
+            .map_err(|_| bad(format!("{n:?} is not a number")))?;
+        if out.insert(ip, n).is_some() {
+            return Err(bad(format!("{ip} is listed twice")));
+        }
+    }
+    Ok(out)
 }
 
 impl Config {
@@ -358,6 +407,20 @@ impl Config {
         set!(max_pending_bytes);
         set!(backpressure_mode);
         set!(max_connections);
+        set!(max_connections_per_ip);
+        if let Some(ms) = flags
+            .connections_max_idle_ms
+            .or(file.connections_max_idle_ms)
+        {
+            c.connections_max_idle = Duration::from_millis(ms);
+        }
+        if let Some(text) = flags
+            .max_connections_per_ip_overrides
+            .as_deref()
+            .or(file.max_connections_per_ip_overrides.as_deref())
+        {
+            c.max_connections_per_ip_overrides = per_ip_overrides(text)?;
+        }
         set!(shards);
         set!(raft_election_ticks);
         set!(raft_heartbeat_ticks);
@@ -447,6 +510,12 @@ impl Config {
         }
         if self.max_connections == 0 {
             return bad("max_connections must be positive");
+        }
+        if self.max_connections_per_ip == 0 {
+            return bad("max_connections_per_ip must be positive");
+        }
+        if self.connections_max_idle.is_zero() {
+            return bad("connections_max_idle_ms must be positive");
         }
         if advertised_host_port(&self.advertised).is_none() {
             return bad("advertised must be HOST:PORT");
@@ -539,6 +608,43 @@ mod tests {
         let c =
             Config::load(flags(&["--config", p, "--backpressure-mode", "pause"])).expect("valid");
         assert_eq!(c.backpressure_mode, BackpressureMode::Pause);
+    }
+
+    #[test]
+    fn connection_limits_come_from_flags_and_bad_overrides_are_refused() {
+        let c = Config::load(flags(&[])).expect("defaults");
+        assert_eq!(c.connections_max_idle, Duration::from_secs(600));
+        assert_eq!(c.max_connections_per_ip, i32::MAX as usize);
+        let c = Config::load(flags(&[
+            "--connections-max-idle-ms",
+            "1500",
+            "--max-connections-per-ip",
+            "4",
+            "--max-connections-per-ip-overrides",
+            "127.0.0.1:100, [::1]:7",
+        ]))
+        .expect("valid");
+        assert_eq!(c.connections_max_idle, Duration::from_millis(1500));
+        assert_eq!(c.max_connections_per_ip, 4);
+        let localhost: std::net::IpAddr = "127.0.0.1".parse().expect("ip");
+        assert_eq!(
+            c.max_connections_per_ip_overrides.get(&localhost),
+            Some(&100)
+        );
+        assert_eq!(c.max_connections_per_ip_overrides.len(), 2);
+        for bad in [
+            "broker-1:5",
+            "127.0.0.1",
+            "127.0.0.1:x",
+            "10.0.0.1:1,10.0.0.1:2",
+        ] {
+            let e = Config::load(flags(&["--max-connections-per-ip-overrides", bad]))
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains("max_connections_per_ip_overrides"), "{bad}: {e}");
+        }
+        assert!(Config::load(flags(&["--connections-max-idle-ms", "0"])).is_err());
+        assert!(Config::load(flags(&["--max-connections-per-ip", "0"])).is_err());
     }
 
     #[test]

@@ -2,6 +2,10 @@
 //! order, and a write loop that sends their responses in the same order
 //! while later requests are already being processed (pipelining).
 //!
+//! A connection that sends no request for `connections_max_idle_ms` is
+//! closed, as is one the admission table evicts to make room (the idle
+//! longest when the node is full, see [`super::admission`]).
+//!
 //! Limits: at most [`MAX_IN_FLIGHT`] requests of a connection are being
 //! processed at once; past that the read loop waits, and so does TCP. The
 //! read loop also waits while the node's produce backpressure is full, and
@@ -16,6 +20,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::admission::Ticket;
 use super::dispatch::{self, PendingResponse};
 use super::frame::read_frame;
 use super::segmented::{Frame, write_frame};
@@ -31,7 +36,12 @@ type InFlight = JoinHandle<Result<Option<Frame>>>;
 
 /// Serves a connection until the client closes it, it misbehaves, or the
 /// broker shuts down (then in-flight requests are still answered).
-pub async fn serve(broker: Arc<Broker>, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    broker: Arc<Broker>,
+    stream: TcpStream,
+    mut shutdown: watch::Receiver<bool>,
+    ticket: Ticket,
+) {
     let peer_ip = stream.peer_addr().ok().map(|a| a.ip());
     let peer = stream
         .peer_addr()
@@ -43,6 +53,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, mut shutdown: watch::
     let (tx, rx) = mpsc::channel::<InFlight>(MAX_IN_FLIGHT);
     let write_loop = tokio::spawn(write_responses(writer, rx));
     let max = broker.config.max_request_size;
+    let idle = broker.config.connections_max_idle;
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
@@ -50,10 +61,23 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, mut shutdown: watch::
         }
         let frame = tokio::select! {
             _ = shutdown.changed() => break,
-            f = read_frame(&mut reader, max) => f,
+            _ = ticket.activity.evicted() => {
+                tracing::info!(%peer, "closing connection: the node is at its connection limit and this one was idle longest");
+                break;
+            }
+            f = tokio::time::timeout(idle, read_frame(&mut reader, max)) => match f {
+                Ok(f) => f,
+                Err(_) => {
+                    tracing::info!(%peer, idle_ms = idle.as_millis() as u64, "closing idle connection (connections_max_idle_ms)");
+                    break;
+                }
+            },
         };
         let frame = match frame {
-            Ok(Some(f)) => f,
+            Ok(Some(f)) => {
+                ticket.touch();
+                f
+            }
             Ok(None) => break,
             Err(e) => {
                 tracing::info!(%peer, error = %e, "closing connection: bad frame");

@@ -1,6 +1,7 @@
 //! The Kafka front end: framing, the connection loop, dispatch, and one
 //! module per API family. All wire codecs come from `kafka-protocol`.
 
+pub mod admission;
 pub mod api_versions;
 pub mod cluster;
 pub mod configs;
