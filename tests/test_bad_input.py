@@ -225,3 +225,19 @@ def test_memory_stays_bounded_under_hostile_frames(broker, witness):
     grown_mib = (max(during, after) - before) / 1024
     assert grown_mib < 48, f"RSS grew by {grown_mib:.1f} MiB (from {before} kiB, during {during}, after {after})"
     assert_still_serving(broker, witness)
+
+
+@pytest.mark.parametrize("batches", [0, 2])
+def test_produce_v3_with_other_than_one_batch_per_partition_is_refused(broker, witness, topic, batches):
+    """Kafka's rule (ProduceRequest.validateRecords): v3 and later carry
+    exactly one record batch per partition; anything else is INVALID_RECORD
+    for that partition, and nothing of it is written."""
+    clients.create_topic(broker.bootstrap, topic, 2)
+    records = b"".join(good_batch(b"b%d" % i) for i in range(batches))
+    with kwire.Conn(broker.host, broker.port) as conn:
+        res = conn.produce(topic, {0: good_batch(b"good"), 1: records})
+        assert res[1][0] == kwire.ERR_INVALID_RECORD, res
+        assert res[0] == (kwire.ERR_NONE, 0), res
+        err, hw, data = conn.fetch(topic, 1, 0)
+        assert (err, hw, data) == (kwire.ERR_NONE, 0, b""), "a refused partition was written"
+    assert_still_serving(broker, witness)

@@ -30,6 +30,21 @@ use crate::topics::replica;
 /// tiny client timeout does not turn a short queue into errors.
 const MIN_PRODUCE_TIMEOUT: Duration = Duration::from_millis(1000);
 
+/// Produce v3 and later carry exactly one record batch per partition; Kafka
+/// refuses anything else with INVALID_RECORD, for that partition.
+fn one_batch(
+    batches: Vec<batch::ValidBatch>,
+    version: i16,
+) -> Result<Vec<batch::ValidBatch>, HelixError> {
+    if version >= 3 && batches.len() != 1 {
+        return Err(HelixError::InvalidRecord(format!(
+            "Produce v{version} carries exactly one record batch per partition, not {}",
+            batches.len()
+        )));
+    }
+    Ok(batches)
+}
+
 /// One partition's answer, or where it will come from.
 enum Slot {
     Done(Result<(), HelixError>),
@@ -70,7 +85,14 @@ pub async fn enqueue(
                         // A replica was found, so the topic was.
                         let max = topic.as_ref().map_or(0, |t| t.effective.max_message_bytes);
                         let records = pd.records.unwrap_or_default();
-                        match batch::validate(&records, max) {
+                        let valid = if version >= 3 && records.is_empty() {
+                            Err(HelixError::InvalidRecord(format!(
+                                "Produce v{version} carries exactly one record batch per partition, not 0"
+                            )))
+                        } else {
+                            batch::validate(&records, max).and_then(|b| one_batch(b, version))
+                        };
+                        match valid {
                             Err(e) => Slot::Done(Err(e)),
                             Ok(batches) => {
                                 Metrics::count(&m.counters.produce_bytes, records.len() as u64);
