@@ -177,7 +177,11 @@ pub fn batch(values: &[&str], timestamp: i64) -> Bytes {
             producer_epoch: -1,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: -1,
+            // No producer: base sequence -1. kafka-protocol keeps records
+            // in one batch while offset - sequence is constant; with -1 for
+            // every record it wrote one batch per record, which Produce v3+
+            // refuses (INVALID_RECORD), as Kafka does.
+            sequence: i as i32 - 1,
             timestamp: timestamp + i as i64,
             key: Some(Bytes::from(format!("k{i}"))),
             value: Some(Bytes::copy_from_slice(v.as_bytes())),
