@@ -99,3 +99,72 @@ def test_the_per_ip_limit_and_its_override_hold(limited_broker):
     finally:
         for c in held:
             c.close()
+
+
+BUDGET_MIB = 32
+
+
+@pytest.fixture
+def budget_broker():
+    b = harness.HelixBroker(harness.helix_binary(), Path(tempfile.mkdtemp(prefix="helix-budget-")),
+                            ["--queued-max-request-bytes", str(BUDGET_MIB << 20)])
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def test_stalled_large_requests_hold_at_most_the_request_budget(budget_broker, topic):
+    """Issue 18 item 2: ten connections each sending most of a large request
+    and then stalling took the broker to 969 MB. The node-wide request byte
+    budget (queued_max_request_bytes) bounds what they hold: a connection
+    whose request does not fit is not read until the budget frees."""
+    import socket
+    import struct
+    b = budget_broker
+    clients.create_topic(b.bootstrap, topic, 1)
+    before = harness.rss_kib(b.pid)
+    declared = 60 << 20
+    sent_each = 40 << 20
+    chunk = b"\xab" * (1 << 20)
+    socks = []
+    sent = []
+    try:
+        for _ in range(10):
+            s = socket.create_connection((b.host, b.port))
+            s.sendall(struct.pack(">i", declared))
+            s.setblocking(False)
+            socks.append(s)
+            sent.append(0)
+        # Push up to sent_each bytes into every connection, as far as the
+        # broker (and the socket buffers) take them, for a few seconds.
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and min(sent) < sent_each:
+            progressed = False
+            for i, s in enumerate(socks):
+                if sent[i] >= sent_each:
+                    continue
+                try:
+                    sent[i] += s.send(chunk)
+                    progressed = True
+                except BlockingIOError:
+                    pass
+            if not progressed:
+                time.sleep(0.05)
+        total_sent = sum(sent)
+        time.sleep(0.5)
+        during = harness.rss_kib(b.pid)
+    finally:
+        for s in socks:
+            s.close()
+    grown_mib = (during - before) / 1024
+    # Socket buffers let more bytes leave the client than the broker read.
+    assert total_sent > (BUDGET_MIB + 32) << 20, f"only {total_sent >> 20} MiB sent: the test did not load the broker"
+    assert grown_mib < BUDGET_MIB + 48, \
+        f"RSS grew by {grown_mib:.0f} MiB with {total_sent >> 20} MiB sent into stalled requests (budget {BUDGET_MIB} MiB)"
+    # Freed when those connections go: a normal client is served again.
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": b.bootstrap, "acks": "all"})
+    acked = []
+    p.produce(topic, value=b"after", on_delivery=lambda err, msg: acked.append(err))
+    assert p.flush(30) == 0 and acked == [None], acked

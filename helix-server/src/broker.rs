@@ -49,6 +49,8 @@ pub struct Broker {
     pub controller: Arc<Controller>,
     pub topics: Arc<TopicTable>,
     pub backpressure: Backpressure,
+    /// Request bytes being received and processed (`queued_max_request_bytes`).
+    pub request_budget: crate::kafka::frame::RequestBudget,
     /// The consumer-group coordinator and its coordinator partitions.
     pub groups: Arc<crate::group::service::GroupService>,
     /// Every replica this node holds.
@@ -155,6 +157,9 @@ impl Broker {
         Ok(Arc::new(Broker {
             producer_ids: ProducerIds::new(controller.clone()),
             backpressure,
+            request_budget: crate::kafka::frame::RequestBudget::new(
+                config.queued_max_request_bytes,
+            ),
             groups,
             host,
             peers,

@@ -109,6 +109,11 @@ pub struct Flags {
     /// idle longest is closed to admit a new one.
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Node-wide budget of request bytes being received and processed
+    /// (Kafka's queued.max.request.bytes); a connection whose next request
+    /// does not fit stops reading until it does.
+    #[arg(long)]
+    pub queued_max_request_bytes: Option<usize>,
     /// Kafka's connections.max.idle.ms: a connection that sends no request
     /// for this long is closed.
     #[arg(long)]
@@ -204,6 +209,7 @@ struct FileConfig {
     backpressure_mode: Option<BackpressureMode>,
     max_connections: Option<usize>,
     connections_max_idle_ms: Option<u64>,
+    queued_max_request_bytes: Option<usize>,
     max_connections_per_ip: Option<usize>,
     max_connections_per_ip_overrides: Option<String>,
     group_coordinator_partitions: Option<u32>,
@@ -270,6 +276,8 @@ pub struct Config {
     pub backpressure_mode: BackpressureMode,
     /// Default 10000.
     pub max_connections: usize,
+    /// Default 256 MiB (Kafka's queued.max.request.bytes is unbounded).
+    pub queued_max_request_bytes: usize,
     /// Default 10 minutes (Kafka's connections.max.idle.ms).
     pub connections_max_idle: Duration,
     /// Default 2147483647 (Kafka's max.connections.per.ip).
@@ -331,6 +339,7 @@ impl Default for Config {
             backpressure_mode: BackpressureMode::Pause,
             max_connections: 10_000,
             connections_max_idle: Duration::from_secs(600),
+            queued_max_request_bytes: 256 << 20,
             max_connections_per_ip: i32::MAX as usize,
             max_connections_per_ip_overrides: std::collections::HashMap::new(),
             groups: GroupConfig::default(),
@@ -408,6 +417,7 @@ impl Config {
         set!(backpressure_mode);
         set!(max_connections);
         set!(max_connections_per_ip);
+        set!(queued_max_request_bytes);
         if let Some(ms) = flags
             .connections_max_idle_ms
             .or(file.connections_max_idle_ms)
@@ -513,6 +523,9 @@ impl Config {
         }
         if self.max_connections_per_ip == 0 {
             return bad("max_connections_per_ip must be positive");
+        }
+        if self.queued_max_request_bytes < 1 << 20 {
+            return bad("queued_max_request_bytes must be at least 1 MiB");
         }
         if self.connections_max_idle.is_zero() {
             return bad("connections_max_idle_ms must be positive");

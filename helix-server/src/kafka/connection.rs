@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 
 use super::admission::Ticket;
 use super::dispatch::{self, PendingResponse};
-use super::frame::read_frame;
+use super::frame::{read_body, read_len};
 use super::segmented::{Frame, write_frame};
 use crate::broker::Broker;
 use crate::config::BackpressureMode;
@@ -65,7 +65,7 @@ pub async fn serve(
                 tracing::info!(%peer, "closing connection: the node is at its connection limit and this one was idle longest");
                 break;
             }
-            f = tokio::time::timeout(idle, read_frame(&mut reader, max)) => match f {
+            f = tokio::time::timeout(idle, read_len(&mut reader, max)) => match f {
                 Ok(f) => f,
                 Err(_) => {
                     tracing::info!(%peer, idle_ms = idle.as_millis() as u64, "closing idle connection (connections_max_idle_ms)");
@@ -73,12 +73,39 @@ pub async fn serve(
                 }
             },
         };
+        let len = match frame {
+            Ok(Some(len)) => len,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::info!(%peer, error = %e, "closing connection: bad frame");
+                break;
+            }
+        };
+        // The frame's bytes come out of the node's request budget before
+        // they are read; until they fit, this connection reads nothing.
+        let room = tokio::select! {
+            _ = shutdown.changed() => break,
+            room = broker.request_budget.acquire(len) => room,
+        };
+        let Some((room, waited)) = room else { break };
+        if waited {
+            Metrics::count(&metrics().counters.request_budget_waits, 1);
+        }
+        let frame = tokio::select! {
+            _ = shutdown.changed() => break,
+            f = tokio::time::timeout(idle, read_body(&mut reader, len)) => match f {
+                Ok(f) => f,
+                Err(_) => {
+                    tracing::info!(%peer, idle_ms = idle.as_millis() as u64, "closing connection: a request's bytes stopped arriving (connections_max_idle_ms)");
+                    break;
+                }
+            },
+        };
         let frame = match frame {
-            Ok(Some(f)) => {
+            Ok(f) => {
                 ticket.touch();
                 f
             }
-            Ok(None) => break,
             Err(e) => {
                 tracing::info!(%peer, error = %e, "closing connection: bad frame");
                 break;
@@ -92,7 +119,13 @@ pub async fn serve(
                 break;
             }
         };
-        if tx.send(tokio::spawn(pending)).await.is_err() {
+        // The budget is given back once the request is answered.
+        let answered = async move {
+            let out = pending.await;
+            drop(room);
+            out
+        };
+        if tx.send(tokio::spawn(answered)).await.is_err() {
             break; // the writer stopped: the socket is gone
         }
         if is_produce && broker.config.backpressure_mode == BackpressureMode::Throttle {

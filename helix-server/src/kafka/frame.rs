@@ -2,8 +2,11 @@
 //! followed by that many bytes. The declared length is checked against the
 //! configured maximum before any buffer is allocated for it.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{HelixError, Result};
 
@@ -12,7 +15,17 @@ use crate::error::{HelixError, Result};
 pub const MIN_REQUEST_LEN: usize = 10;
 
 /// Reads one frame. `Ok(None)` on a clean end of stream between frames.
+#[cfg(test)]
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max_len: usize) -> Result<Option<Bytes>> {
+    match read_len(r, max_len).await? {
+        Some(len) => read_body(r, len).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Reads a frame's declared length and checks it. `Ok(None)` on a clean
+/// end of stream between frames.
+pub async fn read_len<R: AsyncRead + Unpin>(r: &mut R, max_len: usize) -> Result<Option<usize>> {
     let mut len_buf = [0u8; 4];
     match r.read_exact(&mut len_buf).await {
         Ok(_) => {}
@@ -29,6 +42,11 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max_len: usize) -> Resu
     if len > max_len {
         return Err(HelixError::FrameTooLarge(i64::from(declared), max_len));
     }
+    Ok(Some(len))
+}
+
+/// Reads the `len` bytes of a frame whose length was read.
+pub async fn read_body<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<Bytes> {
     // Memory follows the bytes that actually arrive: a client announcing a
     // large frame and sending it slowly (or never) holds only what it sent.
     let mut buf = Vec::with_capacity(len.min(INITIAL_FRAME_BUFFER));
@@ -39,7 +57,48 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max_len: usize) -> Resu
             format!("frame cut after {got} of {len} bytes"),
         )));
     }
-    Ok(Some(Bytes::from(buf)))
+    Ok(Bytes::from(buf))
+}
+
+/// The node's budget of request bytes being received and processed
+/// (Kafka's `queued.max.request.bytes`, finite here): a connection takes a
+/// frame's declared length from it before reading the frame's bytes and
+/// gives it back when the request is answered. A connection whose next
+/// request does not fit stops reading until enough is given back, so
+/// however many connections send large requests (or start them and stall),
+/// the bytes held for requests stay within the budget.
+#[derive(Debug, Clone)]
+pub struct RequestBudget {
+    bytes: Arc<Semaphore>,
+    total: usize,
+}
+
+impl RequestBudget {
+    pub fn new(total: usize) -> RequestBudget {
+        let total = total.clamp(1, u32::MAX as usize);
+        RequestBudget {
+            bytes: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// Waits until a frame of `len` bytes fits (one larger than the whole
+    /// budget takes all of it); the bool says whether it had to wait. None
+    /// only if the budget was closed (never done).
+    pub async fn acquire(&self, len: usize) -> Option<(OwnedSemaphorePermit, bool)> {
+        let n = len.clamp(1, self.total) as u32;
+        if let Ok(p) = self.bytes.clone().try_acquire_many_owned(n) {
+            return Some((p, false));
+        }
+        let p = self.bytes.clone().acquire_many_owned(n).await.ok()?;
+        Some((p, true))
+    }
+
+    /// Bytes not taken now.
+    #[cfg(test)]
+    pub fn available(&self) -> usize {
+        self.bytes.available_permits()
+    }
 }
 
 /// First allocation for a frame (typical produce requests fit); larger
@@ -49,6 +108,29 @@ const INITIAL_FRAME_BUFFER: usize = 1024 * 1024;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_request_that_does_not_fit_waits_until_the_budget_frees() {
+        let budget = RequestBudget::new(100);
+        let (first, waited) = budget.acquire(60).await.expect("open");
+        assert!(!waited);
+        let second = tokio::spawn({
+            let budget = budget.clone();
+            async move { budget.acquire(60).await.expect("open") }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!second.is_finished(), "60 more bytes do not fit in 40");
+        drop(first);
+        let (second, waited) = second.await.expect("task");
+        assert!(waited);
+        assert_eq!(budget.available(), 40);
+        drop(second);
+        // A frame larger than the whole budget takes all of it, alone.
+        let (all, _) = budget.acquire(1 << 30).await.expect("open");
+        assert_eq!(budget.available(), 0);
+        drop(all);
+        assert_eq!(budget.available(), 100);
+    }
 
     #[tokio::test]
     async fn a_frame_round_trips() {
