@@ -74,3 +74,51 @@ def test_a_log_cut_inside_flushed_data_is_refused_and_the_node_serves_the_rest(f
                 break
             time.sleep(0.2)
         assert (err, hw) == (kwire.ERR_NONE, 10)
+
+
+def test_damage_found_by_the_scrubber_stops_writes_and_reads_before_it_still_work(tmp_path, topic):
+    """Issue 18 item 4: flipped bytes inside a sealed segment. The scrubber
+    finds them without any consumer reading; from then on the partition
+    acknowledges nothing more (offsets past damage could never be read),
+    says so in one log line, and still serves what lies before the damage."""
+    import harness
+    b = harness.HelixBroker(harness.helix_binary(), tmp_path / "broker",
+                            ["--scrub-bytes-per-second", "100000000"])
+    b.start()
+    try:
+        clients.create_topic(b.bootstrap, topic, 1, config={"segment.bytes": "4096"})
+        p = Producer({**clients.RDKAFKA, "bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 0,
+                      "max.in.flight.requests.per.connection": 1})
+        for i in range(200):
+            p.produce(topic, value=b"%06d" % i + b"x" * 100, partition=0)
+            p.poll(0)
+            if i % 10 == 9:
+                assert p.flush(30) == 0
+        assert p.flush(30) == 0
+        assert b.stop() == 0
+        logs = sorted((b.data_dir / "topics").glob("*/0/wal/*.log"))
+        assert len(logs) > 2, f"expected several segments: {logs}"
+        first = logs[0]
+        raw = bytearray(first.read_bytes())
+        at = len(raw) * 3 // 4
+        raw[at] ^= 0x5A
+        first.write_bytes(bytes(raw))
+
+        b.start()
+        deadline = time.monotonic() + 30
+        while "damaged data found on read" not in b.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"the scrubber did not find the damage\n{b.log_tail()}"
+            time.sleep(0.2)
+        found = [line for line in b.log.read_text(errors="replace").splitlines()
+                 if "damaged data found on read" in line]
+        assert len(found) == 1 and str(first) in found[0], found
+        with kwire.Conn(b.host, b.port) as conn:
+            batch = kwire.record_batch([kwire.Record(key=None, value=b"after-damage")])
+            answers = conn.produce(topic, {0: batch}, acks=-1, timeout_ms=5000)
+            assert answers[0][0] == KAFKA_STORAGE_ERROR, f"a write after damage was found: {answers}"
+            err, _hw, data = conn.fetch(topic, 0, 0)
+            assert err == kwire.ERR_NONE and data, f"the bytes before the damage are not served: error {err}"
+            first_value = kwire.decode_records(kwire.parse_batches(data)[0])[0].value
+            assert first_value.startswith(b"000000"), first_value
+    finally:
+        b.stop()

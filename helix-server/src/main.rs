@@ -12,6 +12,7 @@ mod kafka;
 mod metrics;
 mod partition;
 mod replica;
+mod scrubber;
 mod server;
 mod topics;
 mod transport;

@@ -61,6 +61,9 @@ pub struct Counters {
     /// Requests whose connection stopped reading until the node's request
     /// byte budget had room (`queued_max_request_bytes`).
     pub request_budget_waits: AtomicU64,
+    /// Replicas that found damaged stored data (on read or by the scrubber)
+    /// and stopped taking writes.
+    pub damaged_replicas: AtomicU64,
     /// Peer messages dropped: a full shard queue or transport lane, or a
     /// peer that is down (Raft resends).
     pub peer_drops: AtomicU64,
@@ -141,7 +144,7 @@ impl Metrics {
         }
         let c = &self.counters;
         out.push_str(&format!(
-            "produce_requests={} produce_bytes={} fetch_requests={} raft_entries={} connections={} backpressure_timeouts={} request_budget_waits={} fetch_copy_fallbacks={} pending_requests_peak={} pending_bytes_peak={}",
+            "produce_requests={} produce_bytes={} fetch_requests={} raft_entries={} connections={} backpressure_timeouts={} request_budget_waits={} damaged_replicas={} fetch_copy_fallbacks={} pending_requests_peak={} pending_bytes_peak={}",
             c.produce_requests.load(Ordering::Relaxed),
             c.produce_bytes.load(Ordering::Relaxed),
             c.fetch_requests.load(Ordering::Relaxed),
@@ -149,6 +152,7 @@ impl Metrics {
             c.connections.load(Ordering::Relaxed),
             c.backpressure_timeouts.load(Ordering::Relaxed),
             c.request_budget_waits.load(Ordering::Relaxed),
+            c.damaged_replicas.load(Ordering::Relaxed),
             c.fetch_copy_fallbacks.load(Ordering::Relaxed),
             c.pending_requests_peak.load(Ordering::Relaxed),
             c.pending_bytes_peak.load(Ordering::Relaxed),

@@ -69,6 +69,10 @@ pub async fn run(config: Config) -> Result<()> {
         durability = ?broker.config.write_durability,
         "helix-server is serving Kafka"
     );
+    tokio::spawn(crate::scrubber::run(
+        std::sync::Arc::downgrade(&broker),
+        broker.config.scrub_bytes_per_second,
+    ));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let admission = Admission::new(
         broker.config.max_connections,

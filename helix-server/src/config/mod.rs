@@ -114,6 +114,10 @@ pub struct Flags {
     /// does not fit stops reading until it does.
     #[arg(long)]
     pub queued_max_request_bytes: Option<usize>,
+    /// Background scrubber: bytes of stored logs re-read and checked per
+    /// second (0: off).
+    #[arg(long)]
+    pub scrub_bytes_per_second: Option<u64>,
     /// Kafka's connections.max.idle.ms: a connection that sends no request
     /// for this long is closed.
     #[arg(long)]
@@ -210,6 +214,7 @@ struct FileConfig {
     max_connections: Option<usize>,
     connections_max_idle_ms: Option<u64>,
     queued_max_request_bytes: Option<usize>,
+    scrub_bytes_per_second: Option<u64>,
     max_connections_per_ip: Option<usize>,
     max_connections_per_ip_overrides: Option<String>,
     group_coordinator_partitions: Option<u32>,
@@ -278,6 +283,8 @@ pub struct Config {
     pub max_connections: usize,
     /// Default 256 MiB (Kafka's queued.max.request.bytes is unbounded).
     pub queued_max_request_bytes: usize,
+    /// Default 8 MiB/s; 0 turns the scrubber off.
+    pub scrub_bytes_per_second: u64,
     /// Default 10 minutes (Kafka's connections.max.idle.ms).
     pub connections_max_idle: Duration,
     /// Default 2147483647 (Kafka's max.connections.per.ip).
@@ -340,6 +347,7 @@ impl Default for Config {
             max_connections: 10_000,
             connections_max_idle: Duration::from_secs(600),
             queued_max_request_bytes: 256 << 20,
+            scrub_bytes_per_second: 8 << 20,
             max_connections_per_ip: i32::MAX as usize,
             max_connections_per_ip_overrides: std::collections::HashMap::new(),
             groups: GroupConfig::default(),
@@ -418,6 +426,7 @@ impl Config {
         set!(max_connections);
         set!(max_connections_per_ip);
         set!(queued_max_request_bytes);
+        set!(scrub_bytes_per_second);
         if let Some(ms) = flags
             .connections_max_idle_ms
             .or(file.connections_max_idle_ms)

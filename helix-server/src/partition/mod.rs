@@ -81,6 +81,9 @@ pub struct Published {
     pub leadership: watch::Sender<Leadership>,
     /// In-sync replicas while this replica leads (empty otherwise).
     pub isr: Mutex<Vec<NodeId>>,
+    /// Set when a read found stored bytes that fail their checks (ADR
+    /// 0001): the replica takes no more writes.
+    pub damaged: std::sync::OnceLock<String>,
 }
 
 /// A recovered replica, not yet handed to a shard.
@@ -151,6 +154,7 @@ pub fn recover(
         max_timestamp: Mutex::new(max_ts),
         leadership: watch::channel(Leadership::default()).0,
         isr: Mutex::new(Vec::new()),
+        damaged: std::sync::OnceLock::new(),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
     let state = PartitionState::new(
@@ -177,6 +181,9 @@ pub fn recover(
 impl Partition {
     /// Queues a validated produce request.
     pub async fn produce(&self, p: PendingProduce) -> Result<()> {
+        if let Some(why) = self.published.damaged.get() {
+            return Err(HelixError::DamagedReplica(why.clone()));
+        }
         self.commands
             .send(PartitionCommand::Produce(p))
             .await
@@ -296,7 +303,7 @@ impl Partition {
         if from >= hw {
             return Ok(Bytes::new());
         }
-        let read = reader.read(from, max_bytes)?;
+        let read = reader.read(from, max_bytes).map_err(|e| self.found(e))?;
         if read.next_offset <= hw {
             return Ok(read.bytes);
         }
@@ -311,6 +318,40 @@ impl Partition {
             end += h.total_len();
         }
         Ok(read.bytes.slice(..end))
+    }
+
+    /// A read failed: if its bytes are damaged, the replica stops taking
+    /// writes (acknowledging past damage would hand out offsets no one can
+    /// read), says so once, and counts it.
+    fn found(&self, e: helix_wal::WalError) -> HelixError {
+        if let helix_wal::WalError::Corrupt {
+            file,
+            position,
+            reason,
+        } = &e
+        {
+            let why = format!("{} at byte {position}: {reason}", file.display());
+            if self.published.damaged.set(why).is_ok() {
+                crate::metrics::Metrics::count(
+                    &crate::metrics::metrics().counters.damaged_replicas,
+                    1,
+                );
+                tracing::error!(
+                    group = self.group.0,
+                    partition = self.index,
+                    file = %file.display(),
+                    position,
+                    %reason,
+                    "damaged data found on read: this replica takes no more writes; reads before the damage are still served"
+                );
+            }
+        }
+        e.into()
+    }
+
+    /// Whether a read found damaged data (the replica takes no writes).
+    pub fn damaged(&self) -> Option<&str> {
+        self.published.damaged.get().map(String::as_str)
     }
 
     /// The current reader handle (cheap: a clone of an `Arc`).
