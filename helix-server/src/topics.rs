@@ -119,12 +119,14 @@ fn refuse(
     index: i32,
     e: HelixError,
 ) -> Result<std::result::Result<Recovered, String>> {
-    match e {
-        HelixError::Wal(helix_wal::WalError::Corrupt {
-            file,
-            position,
-            reason,
-        }) => {
+    match &e {
+        HelixError::Wal(
+            damage @ helix_wal::WalError::Corrupt {
+                file,
+                position,
+                reason,
+            },
+        ) => {
             tracing::error!(
                 topic,
                 partition = index,
@@ -133,12 +135,9 @@ fn refuse(
                 %reason,
                 "replica refused: data it had flushed is damaged; it serves nothing and takes no writes until repaired (the node's other partitions serve)"
             );
-            Ok(Err(format!(
-                "{} at byte {position}: {reason}",
-                file.display()
-            )))
+            Ok(Err(damage.to_string()))
         }
-        other => Err(other),
+        _ => Err(e),
     }
 }
 

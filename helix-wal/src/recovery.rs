@@ -607,18 +607,17 @@ fn scan(
 
 /// Damage inside what a durable checkpoint covers: acknowledged bytes, which
 /// are refused, never cut as a torn tail (ADR 0001). `position`: where the
-/// files stop agreeing with the checkpoint, as far as it is known.
+/// files stop agreeing with the checkpoint, as far as it is known. The
+/// caller reports it (helix-server: one "replica refused" line).
 fn refused_inside(log: &Path, cp: Checkpoint, position: u64) -> WalError {
-    let reason = format!(
-        "the log and its entry index do not hold the {} bytes and {} entries the recovery \
-         checkpoint says were flushed (next offset {})",
-        cp.position, cp.entry_count, cp.next_offset
-    );
-    tracing::error!(file = %log.display(), position, %reason, "damage inside flushed data; refusing the log");
     WalError::Corrupt {
         file: log.to_path_buf(),
         position,
-        reason,
+        reason: format!(
+            "the log and its entry index do not hold the {} bytes and {} entries the recovery \
+             checkpoint says were flushed (next offset {})",
+            cp.position, cp.entry_count, cp.next_offset
+        ),
     }
 }
 

@@ -408,6 +408,14 @@ impl Config {
                 }
             };
         }
+        // A `..._ms` setting into its Duration field.
+        macro_rules! set_ms {
+            ($flag:ident, $field:ident) => {
+                if let Some(ms) = flags.$flag.or(file.$flag) {
+                    c.$field = Duration::from_millis(ms);
+                }
+            };
+        }
         set!(node_id);
         set!(listen);
         set!(data_dir);
@@ -427,12 +435,7 @@ impl Config {
         set!(max_connections_per_ip);
         set!(queued_max_request_bytes);
         set!(scrub_bytes_per_second);
-        if let Some(ms) = flags
-            .connections_max_idle_ms
-            .or(file.connections_max_idle_ms)
-        {
-            c.connections_max_idle = Duration::from_millis(ms);
-        }
+        set_ms!(connections_max_idle_ms, connections_max_idle);
         if let Some(text) = flags
             .max_connections_per_ip_overrides
             .as_deref()
@@ -449,21 +452,12 @@ impl Config {
         c.default_replication_factor = flags
             .default_replication_factor
             .or(file.default_replication_factor);
-        if let Some(ms) = flags.raft_tick_ms.or(file.raft_tick_ms) {
-            c.raft_tick = Duration::from_millis(ms);
-        }
-        if let Some(ms) = flags
-            .replica_lag_time_max_ms
-            .or(file.replica_lag_time_max_ms)
-        {
-            c.replica_lag_time_max = Duration::from_millis(ms);
-        }
-        if let Some(ms) = flags
-            .leader_imbalance_check_interval_ms
-            .or(file.leader_imbalance_check_interval_ms)
-        {
-            c.leader_imbalance_check_interval = Duration::from_millis(ms);
-        }
+        set_ms!(raft_tick_ms, raft_tick);
+        set_ms!(replica_lag_time_max_ms, replica_lag_time_max);
+        set_ms!(
+            leader_imbalance_check_interval_ms,
+            leader_imbalance_check_interval
+        );
         c.cluster_id = file.cluster_id;
         macro_rules! set_group {
             ($flag:ident, $field:ident) => {
@@ -586,154 +580,4 @@ fn read_file(path: &Path) -> Result<FileConfig> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn flags(args: &[&str]) -> Flags {
-        let mut all = vec!["helix-server"];
-        all.extend_from_slice(args);
-        Flags::parse_from(all)
-    }
-
-    #[test]
-    fn no_flags_gives_documented_defaults() {
-        let c = Config::load(flags(&[])).expect("defaults are valid");
-        assert_eq!(c.node_id, 1);
-        assert_eq!(c.listen.to_string(), "127.0.0.1:9092");
-        assert_eq!(c.advertised, "127.0.0.1:9092");
-        assert_eq!(c.data_dir, PathBuf::from("./helix-data"));
-        assert_eq!(c.write_durability, WriteDurability::ReplicationOnly);
-        assert!(c.auto_create_topics);
-        assert_eq!(c.max_request_size, 100 * 1024 * 1024);
-        assert_eq!(c.batch_linger, Duration::from_millis(1));
-        assert_eq!(c.max_pending_requests, 2000);
-        assert_eq!(c.backpressure_mode, BackpressureMode::Pause);
-    }
-
-    #[test]
-    fn flags_override_the_toml_file() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("helix.toml");
-        std::fs::write(
-            &path,
-            "node_id = 7\nlisten = \"127.0.0.1:19092\"\nwrite_durability = \"fsync\"\nbatch_linger_us = 500\nbackpressure_mode = \"throttle\"\n",
-        )
-        .expect("write toml");
-        let p = path.to_str().expect("utf8 path");
-        let c = Config::load(flags(&["--config", p, "--node-id", "3"])).expect("valid");
-        assert_eq!(c.node_id, 3);
-        assert_eq!(c.listen.port(), 19092);
-        assert_eq!(c.advertised, "127.0.0.1:19092");
-        assert_eq!(c.write_durability, WriteDurability::Fsync);
-        assert_eq!(c.batch_linger, Duration::from_micros(500));
-        assert_eq!(c.backpressure_mode, BackpressureMode::Throttle);
-        let c =
-            Config::load(flags(&["--config", p, "--backpressure-mode", "pause"])).expect("valid");
-        assert_eq!(c.backpressure_mode, BackpressureMode::Pause);
-    }
-
-    #[test]
-    fn connection_limits_come_from_flags_and_bad_overrides_are_refused() {
-        let c = Config::load(flags(&[])).expect("defaults");
-        assert_eq!(c.connections_max_idle, Duration::from_secs(600));
-        assert_eq!(c.max_connections_per_ip, i32::MAX as usize);
-        let c = Config::load(flags(&[
-            "--connections-max-idle-ms",
-            "1500",
-            "--max-connections-per-ip",
-            "4",
-            "--max-connections-per-ip-overrides",
-            "127.0.0.1:100, [::1]:7",
-        ]))
-        .expect("valid");
-        assert_eq!(c.connections_max_idle, Duration::from_millis(1500));
-        assert_eq!(c.max_connections_per_ip, 4);
-        let localhost: std::net::IpAddr = "127.0.0.1".parse().expect("ip");
-        assert_eq!(
-            c.max_connections_per_ip_overrides.get(&localhost),
-            Some(&100)
-        );
-        assert_eq!(c.max_connections_per_ip_overrides.len(), 2);
-        for bad in [
-            "broker-1:5",
-            "127.0.0.1",
-            "127.0.0.1:x",
-            "10.0.0.1:1,10.0.0.1:2",
-        ] {
-            let e = Config::load(flags(&["--max-connections-per-ip-overrides", bad]))
-                .expect_err(bad)
-                .to_string();
-            assert!(e.contains("max_connections_per_ip_overrides"), "{bad}: {e}");
-        }
-        assert!(Config::load(flags(&["--connections-max-idle-ms", "0"])).is_err());
-        assert!(Config::load(flags(&["--max-connections-per-ip", "0"])).is_err());
-    }
-
-    #[test]
-    fn unknown_toml_key_is_refused() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("helix.toml");
-        std::fs::write(&path, "no_such_setting = 1\n").expect("write toml");
-        let p = path.to_str().expect("utf8 path");
-        assert!(Config::load(flags(&["--config", p])).is_err());
-    }
-
-    #[test]
-    fn group_settings_come_from_flags_and_toml() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("helix.toml");
-        std::fs::write(
-            &path,
-            "group_coordinator_partitions = 8\noffsets_retention_minutes = 2\ngroup_max_size = 5\n",
-        )
-        .expect("write toml");
-        let p = path.to_str().expect("utf8 path");
-        let c = Config::load(flags(&[
-            "--config",
-            p,
-            "--group-initial-rebalance-delay-ms",
-            "3000",
-            "--group-max-size",
-            "7",
-            "--group-min-session-timeout-ms",
-            "1000",
-            "--group-max-session-timeout-ms",
-            "60000",
-            "--group-snapshot-after-records",
-            "100",
-        ]))
-        .expect("valid");
-        assert_eq!(c.groups.coordinator_partitions, 8);
-        assert_eq!(c.groups.offsets_retention_ms, 120_000);
-        assert_eq!(c.groups.initial_rebalance_delay_ms, 3000);
-        assert_eq!(c.groups.max_group_size, 7);
-        assert_eq!(c.groups.min_session_timeout_ms, 1000);
-        assert_eq!(c.groups.max_session_timeout_ms, 60_000);
-        assert_eq!(c.groups.snapshot_after_records, 100);
-        assert_eq!(Config::default().groups, GroupConfig::default());
-    }
-
-    #[test]
-    fn inconsistent_group_settings_are_refused() {
-        for args in [
-            &["--group-coordinator-partitions", "0"][..],
-            &["--group-max-size", "0"],
-            &["--group-min-session-timeout-ms", "0"],
-            &[
-                "--group-min-session-timeout-ms",
-                "10000",
-                "--group-max-session-timeout-ms",
-                "9000",
-            ],
-            &["--offsets-retention-minutes", "0"],
-            &["--group-snapshot-after-records", "0"],
-        ] {
-            assert!(Config::load(flags(args)).is_err(), "{args:?}");
-        }
-    }
-
-    #[test]
-    fn zero_partitions_is_refused() {
-        assert!(Config::load(flags(&["--default-partitions", "0"])).is_err());
-    }
-}
+mod tests;

@@ -13,7 +13,7 @@
 //! throttle (ADR 0011, the KIP-219 mute).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -59,28 +59,15 @@ pub async fn serve(
             _ = shutdown.changed() => break,
             _ = broker.backpressure.wait_for_room() => {}
         }
-        let frame = tokio::select! {
+        let len = tokio::select! {
             _ = shutdown.changed() => break,
             _ = ticket.activity.evicted() => {
                 tracing::info!(%peer, "closing connection: the node is at its connection limit and this one was idle longest");
                 break;
             }
-            f = tokio::time::timeout(idle, read_len(&mut reader, max)) => match f {
-                Ok(f) => f,
-                Err(_) => {
-                    tracing::info!(%peer, idle_ms = idle.as_millis() as u64, "closing idle connection (connections_max_idle_ms)");
-                    break;
-                }
-            },
+            len = within(idle, &peer, "closing idle connection (connections_max_idle_ms)", read_len(&mut reader, max)) => len,
         };
-        let len = match frame {
-            Ok(Some(len)) => len,
-            Ok(None) => break,
-            Err(e) => {
-                tracing::info!(%peer, error = %e, "closing connection: bad frame");
-                break;
-            }
-        };
+        let Some(Some(len)) = len else { break };
         // The frame's bytes come out of the node's request budget before
         // they are read; until they fit, this connection reads nothing.
         let room = tokio::select! {
@@ -93,24 +80,10 @@ pub async fn serve(
         }
         let frame = tokio::select! {
             _ = shutdown.changed() => break,
-            f = tokio::time::timeout(idle, read_body(&mut reader, len)) => match f {
-                Ok(f) => f,
-                Err(_) => {
-                    tracing::info!(%peer, idle_ms = idle.as_millis() as u64, "closing connection: a request's bytes stopped arriving (connections_max_idle_ms)");
-                    break;
-                }
-            },
+            f = within(idle, &peer, "closing connection: a request's bytes stopped arriving (connections_max_idle_ms)", read_body(&mut reader, len)) => f,
         };
-        let frame = match frame {
-            Ok(f) => {
-                ticket.touch();
-                f
-            }
-            Err(e) => {
-                tracing::info!(%peer, error = %e, "closing connection: bad frame");
-                break;
-            }
-        };
+        let Some(frame) = frame else { break };
+        ticket.touch();
         let is_produce = frame.get(..2) == Some(&[0, 0]);
         let pending: PendingResponse = match dispatch::start_from(&broker, frame, peer_ip).await {
             Ok(p) => p,
@@ -140,6 +113,27 @@ pub async fn serve(
     }
     drop(tx);
     let _ = write_loop.await;
+}
+
+/// One read of the loop under the idle limit: its value, or None (with
+/// `stalled` or the read's error in the log) when the connection closes.
+async fn within<T>(
+    idle: Duration,
+    peer: &str,
+    stalled: &str,
+    read: impl std::future::Future<Output = Result<T>>,
+) -> Option<T> {
+    match tokio::time::timeout(idle, read).await {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(e)) => {
+            tracing::info!(%peer, error = %e, "closing connection: bad frame");
+            None
+        }
+        Err(_) => {
+            tracing::info!(%peer, idle_ms = idle.as_millis() as u64, "{stalled}");
+            None
+        }
+    }
 }
 
 async fn write_responses(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<InFlight>) {

@@ -329,22 +329,17 @@ impl Partition {
             position,
             reason,
         } = &e
+            && self.published.damaged.set(e.to_string()).is_ok()
         {
-            let why = format!("{} at byte {position}: {reason}", file.display());
-            if self.published.damaged.set(why).is_ok() {
-                crate::metrics::Metrics::count(
-                    &crate::metrics::metrics().counters.damaged_replicas,
-                    1,
-                );
-                tracing::error!(
-                    group = self.group.0,
-                    partition = self.index,
-                    file = %file.display(),
-                    position,
-                    %reason,
-                    "damaged data found on read: this replica takes no more writes; reads before the damage are still served"
-                );
-            }
+            crate::metrics::Metrics::count(&crate::metrics::metrics().counters.damaged_replicas, 1);
+            tracing::error!(
+                group = self.group.0,
+                partition = self.index,
+                file = %file.display(),
+                position,
+                %reason,
+                "damaged data found on read: this replica takes no more writes; reads before the damage are still served"
+            );
         }
         e.into()
     }
