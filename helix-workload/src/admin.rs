@@ -93,7 +93,9 @@ pub fn reader(bootstrap: &str) -> Result<BaseConsumer, String> {
         .map_err(|e: KafkaError| format!("consumer: {e}"))
 }
 
-/// The high watermark of every partition.
+/// The high watermark of every partition. Leaders may move while a topic
+/// settles (balancing after creation, an election), so a failed query is
+/// retried until `TIMEOUT`.
 pub fn high_watermarks(
     consumer: &BaseConsumer,
     topic: &str,
@@ -101,10 +103,16 @@ pub fn high_watermarks(
 ) -> Result<Vec<i64>, String> {
     (0..partitions)
         .map(|p| {
-            consumer
-                .fetch_watermarks(topic, p, TIMEOUT)
-                .map(|(_, high)| high)
-                .map_err(|e| format!("offsets of {topic}-{p}: {e}"))
+            let deadline = Instant::now() + TIMEOUT;
+            loop {
+                match consumer.fetch_watermarks(topic, p, Duration::from_secs(5)) {
+                    Ok((_, high)) => return Ok(high),
+                    Err(e) if Instant::now() > deadline => {
+                        return Err(format!("offsets of {topic}-{p}: {e}"));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(200)),
+                }
+            }
         })
         .collect()
 }
