@@ -42,9 +42,10 @@ pub struct Progress {
     pub catch_up_idle: u32,
     /// Commit index last sent to this follower.
     pub commit_sent: LogIndex,
-    /// Replicate: `matched` at the last heartbeat answer that showed the
-    /// follower behind what was sent; a second one with no progress probes.
-    pub stall_mark: Option<LogIndex>,
+    /// Replicate: `matched` when heartbeat answers began to show the
+    /// follower behind what was sent, and how many in a row have shown it
+    /// with no progress since.
+    pub stall_mark: Option<(LogIndex, u32)>,
 }
 
 impl Progress {

@@ -348,16 +348,28 @@ impl RaftGroup {
             ProgressState::Replicate => {
                 // The follower has not confirmed everything sent (appends
                 // lost, or it restarted and lost its tail). Appends may still
-                // be in flight, so probe only if two heartbeat answers in a
-                // row show no progress at all.
-                let behind = matched < pr.next.prev() || matched < pr.matched || pr.is_paused();
+                // be on their way: under load a follower can take hundreds of
+                // milliseconds to receive and store a pipeline of large
+                // appends, and resending them then only adds load (a collapse
+                // to a tenth of the throughput with 48 MiB in flight, when
+                // two answers 100 ms apart were enough to resend). So probe
+                // when answers spanning an election timeout show no progress,
+                // or two in a row show less than the follower had confirmed
+                // (it lost its tail).
+                let lost_tail = matched < pr.matched;
+                let behind = lost_tail || matched < pr.next.prev() || pr.is_paused();
+                let patience = (self.cfg.election_ticks / self.cfg.heartbeat_ticks).max(2);
+                let answers = match pr.stall_mark {
+                    Some((at, n)) if at == pr.matched => n + 1,
+                    _ => 1,
+                };
                 if !behind {
                     pr.stall_mark = None;
-                } else if pr.stall_mark == Some(pr.matched) {
+                } else if answers >= patience || (lost_tail && answers >= 2) {
                     pr.stall_mark = None;
                     pr.become_probe();
                 } else {
-                    pr.stall_mark = Some(pr.matched);
+                    pr.stall_mark = Some((pr.matched, answers));
                 }
             }
             ProgressState::CatchUp => {}
