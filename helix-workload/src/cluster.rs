@@ -98,18 +98,17 @@ impl LocalCluster {
         let reader = admin::reader(&self.bootstrap)?;
         let deadline = Instant::now() + START_LIMIT;
         loop {
-            for (i, child) in self.children.iter_mut().enumerate() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    let log =
-                        std::fs::read_to_string(self.dir.path().join(format!("node{}.log", i + 1)))
-                            .unwrap_or_default();
-                    let tail: Vec<&str> = log.lines().rev().take(20).collect();
-                    return Err(format!(
-                        "node {} exited ({status}); its log ends:\n{}",
-                        i + 1,
-                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                    ));
-                }
+            let exited = self.children.iter_mut().enumerate().find_map(|(i, child)| {
+                let status = child.try_wait().ok().flatten()?;
+                Some((i as u32 + 1, status))
+            });
+            if let Some((id, status)) = exited {
+                let log = std::fs::read_to_string(self.log_path(id)).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                return Err(format!(
+                    "node {id} exited ({status}); its log ends:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                ));
             }
             if let Ok(metadata) = reader.fetch_metadata(None, Duration::from_secs(2))
                 && metadata.brokers().len() == nodes

@@ -196,62 +196,23 @@ impl Profile {
 
     /// Every value in range; run again after command-line overrides.
     pub fn check(&self) -> Result<(), ProfileError> {
-        let bad = |section, key, message: String| {
-            Err(ProfileError::Invalid {
-                file: self.source.clone(),
-                section,
-                key,
-                message,
-            })
-        };
+        let bad = |section, key, message| Err(self.invalid(section, key, message));
         let (p, c, t) = (&self.producer, &self.consumer, &self.topic);
-        if !(1..=9).contains(&self.cluster.nodes) {
-            return bad(
-                "cluster",
-                "nodes",
-                format!("{} is not between 1 and 9", self.cluster.nodes),
-            );
-        }
+        self.within("cluster", "nodes", self.cluster.nodes, 1, 9)?;
         if t.name.is_empty() || t.name.len() > 249 {
             return bad("topic", "name", "must be 1 to 249 characters".into());
         }
-        if !(1..=10_000).contains(&t.partitions) {
-            return bad(
-                "topic",
-                "partitions",
-                format!("{} is not between 1 and 10000", t.partitions),
-            );
-        }
-        if !(1..=9).contains(&t.replication_factor) {
-            let rf = t.replication_factor;
-            return bad(
-                "topic",
-                "replication_factor",
-                format!("{rf} is not between 1 and 9"),
-            );
-        }
-        if !(1..=256).contains(&p.producers) {
-            return bad(
-                "producer",
-                "producers",
-                format!("{} is not between 1 and 256", p.producers),
-            );
-        }
-        if !(1..=1_000_000).contains(&p.inflight) {
-            return bad(
-                "producer",
-                "inflight",
-                format!("{} is not between 1 and 1000000", p.inflight),
-            );
-        }
-        if !(HEADER_LEN..=1 << 20).contains(&p.message_size) {
-            let size = p.message_size;
-            return bad(
-                "producer",
-                "message_size",
-                format!("{size} is not between {HEADER_LEN} and 1048576"),
-            );
-        }
+        self.within("topic", "partitions", t.partitions, 1, 10_000)?;
+        self.within("topic", "replication_factor", t.replication_factor, 1, 9)?;
+        self.within("producer", "producers", p.producers, 1, 256)?;
+        self.within("producer", "inflight", p.inflight, 1, 1_000_000)?;
+        self.within(
+            "producer",
+            "message_size",
+            p.message_size,
+            HEADER_LEN,
+            1 << 20,
+        )?;
         if p.linger_ms > 60_000 {
             return bad(
                 "producer",
@@ -295,19 +256,46 @@ impl Profile {
                 format!("{isolation:?} is not read_committed or read_uncommitted"),
             );
         }
-        if self.execution.duration_secs == 0 || self.execution.duration_secs > 86_400 {
-            let secs = self.execution.duration_secs;
-            return bad(
-                "execution",
-                "duration_secs",
-                format!("{secs} is not between 1 and 86400"),
-            );
-        }
+        self.within(
+            "execution",
+            "duration_secs",
+            self.execution.duration_secs,
+            1,
+            86_400,
+        )?;
         if self.execution.warmup_secs > 3_600 {
             let secs = self.execution.warmup_secs;
             return bad("execution", "warmup_secs", format!("{secs} is above 3600"));
         }
         Ok(())
+    }
+
+    /// `value` within `low..=high`, else an error naming the key.
+    fn within<T: PartialOrd + std::fmt::Display>(
+        &self,
+        section: &'static str,
+        key: &'static str,
+        value: T,
+        low: T,
+        high: T,
+    ) -> Result<(), ProfileError> {
+        if low <= value && value <= high {
+            return Ok(());
+        }
+        Err(self.invalid(
+            section,
+            key,
+            format!("{value} is not between {low} and {high}"),
+        ))
+    }
+
+    fn invalid(&self, section: &'static str, key: &'static str, message: String) -> ProfileError {
+        ProfileError::Invalid {
+            file: self.source.clone(),
+            section,
+            key,
+            message,
+        }
     }
 }
 

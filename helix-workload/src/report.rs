@@ -131,7 +131,6 @@ impl Report {
     /// The end-of-run table.
     pub fn summary(&self) -> String {
         let p = &self.produce;
-        let l = &p.latency_ms;
         let mut out = String::new();
         let profile = &self.profile;
         let _ = writeln!(
@@ -163,35 +162,25 @@ impl Report {
             "errors",
             "retries"
         );
-        let _ = writeln!(
-            out,
-            "{:<10} {:>12} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.1} {:>7} {:>7}",
+        let retries = p.retries.to_string();
+        row(
+            &mut out,
             "produce",
-            thousands(p.msgs_per_sec as u64),
+            p.msgs_per_sec,
             p.mib_per_sec,
-            l.p50,
-            l.p95,
-            l.p99,
-            l.p999,
-            l.max,
+            &p.latency_ms,
             p.errors,
-            p.retries
+            &retries,
         );
         if let Some(c) = &self.consume {
-            let e = &c.end_to_end_ms;
-            let _ = writeln!(
-                out,
-                "{:<10} {:>12} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.1} {:>7} {:>7}",
+            row(
+                &mut out,
                 "end-to-end",
-                thousands(c.msgs_per_sec as u64),
+                c.msgs_per_sec,
                 c.mib_per_sec,
-                e.p50,
-                e.p95,
-                e.p99,
-                e.p999,
-                e.max,
+                &c.end_to_end_ms,
                 c.errors,
-                "-"
+                "-",
             );
         }
         let _ = writeln!(
@@ -251,6 +240,32 @@ impl Report {
         }
         None
     }
+}
+
+/// One row of the summary table.
+fn row(
+    out: &mut String,
+    name: &str,
+    msgs_per_sec: f64,
+    mib_per_sec: f64,
+    l: &Percentiles,
+    errors: u64,
+    retries: &str,
+) {
+    let _ = writeln!(
+        out,
+        "{:<10} {:>12} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.1} {:>7} {:>7}",
+        name,
+        thousands(msgs_per_sec as u64),
+        mib_per_sec,
+        l.p50,
+        l.p95,
+        l.p99,
+        l.p999,
+        l.max,
+        errors,
+        retries
+    );
 }
 
 /// Draws throughput over time and the latency percentile curve of each

@@ -11,7 +11,7 @@ use crate::consume::{self, Group};
 use crate::produce::{self, Plan, Shared};
 use crate::profile::Profile;
 use crate::report::{Consumed, Machine, Produced, Report, Second};
-use crate::stats::{self, Percentiles, Tally};
+use crate::stats::{self, Percentiles, Tally, Totals};
 use crate::verify::Verdict;
 
 /// How long consumers may take to catch up with the producers at the end.
@@ -126,50 +126,37 @@ pub fn run(
             .map_err(|_| "a producer thread panicked".to_string())?;
     }
 
-    let mut produce = Produced::default();
-    let mut latency = stats::histogram();
-    let mut last_us = warmup_us;
-    for s in &shared {
-        let tally = s.tally.lock().expect("tally lock");
-        latency.add(&tally.measured).expect("same bounds");
-        produce.sent += s.sent.load(Ordering::Relaxed);
-        produce.acknowledged += tally.records;
-        produce.measured += tally.measured_records;
-        produce.errors += tally.errors;
-        produce.retries += s.retries.load(Ordering::Relaxed);
-        produce.first_error = produce
-            .first_error
-            .take()
-            .or_else(|| tally.first_error.clone());
-        last_us = last_us.max(tally.last_measured_us);
-        produce.mib_per_sec += stats::mib(tally.measured_bytes); // divided below
-    }
-    produce.measured_secs = (last_us - warmup_us) as f64 / 1e6;
-    let secs = produce.measured_secs.max(1e-6);
-    produce.msgs_per_sec = produce.measured as f64 / secs;
-    produce.mib_per_sec /= secs;
-    produce.latency_ms = Percentiles::of(&latency);
+    let totals = Totals::of(tallies.iter().copied());
+    let measured_secs = totals.measured_secs(warmup_us);
+    let secs = measured_secs.max(1e-6);
+    let produce = Produced {
+        sent: shared.iter().map(|s| s.sent.load(Ordering::Relaxed)).sum(),
+        acknowledged: totals.records,
+        measured: totals.measured_records,
+        measured_secs,
+        msgs_per_sec: totals.measured_records as f64 / secs,
+        mib_per_sec: stats::mib(totals.measured_bytes) / secs,
+        latency_ms: Percentiles::of(&totals.measured),
+        errors: totals.errors,
+        retries: shared
+            .iter()
+            .map(|s| s.retries.load(Ordering::Relaxed))
+            .sum(),
+        first_error: totals.first_error,
+    };
 
     let consume = group.map(|g| {
-        let mut c = Consumed::default();
-        let mut e2e = stats::histogram();
-        let (mut bytes, mut measured, mut last_us) = (0, 0, warmup_us);
-        for tally in &g.tallies {
-            let t = tally.lock().expect("tally lock");
-            e2e.add(&t.measured).expect("same bounds");
-            c.records += t.records;
-            c.errors += t.errors;
-            c.first_error = c.first_error.take().or_else(|| t.first_error.clone());
-            bytes += t.measured_bytes;
-            measured += t.measured_records;
-            last_us = last_us.max(t.last_measured_us);
-        }
-        let secs = ((last_us - warmup_us) as f64 / 1e6).max(1e-6);
-        c.msgs_per_sec = measured as f64 / secs;
-        c.mib_per_sec = stats::mib(bytes) / secs;
-        c.end_to_end_ms = Percentiles::of(&e2e);
+        let totals = Totals::of(g.tallies.iter().map(|t| &**t));
+        let secs = totals.measured_secs(warmup_us).max(1e-6);
         g.stop();
-        c
+        Consumed {
+            records: totals.records,
+            msgs_per_sec: totals.measured_records as f64 / secs,
+            mib_per_sec: stats::mib(totals.measured_bytes) / secs,
+            end_to_end_ms: Percentiles::of(&totals.measured),
+            errors: totals.errors,
+            first_error: totals.first_error,
+        }
     });
 
     let verify = match profile.verify.enabled {

@@ -99,6 +99,48 @@ pub fn take_windows<'a>(tallies: impl IntoIterator<Item = &'a Mutex<Tally>>) -> 
     all
 }
 
+/// Several clients' tallies added up.
+pub struct Totals {
+    pub measured: Histogram<u64>,
+    pub records: u64,
+    pub measured_records: u64,
+    pub measured_bytes: u64,
+    pub last_measured_us: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+impl Totals {
+    /// Adds up `tallies` (the first error is the first client's that had one).
+    pub fn of<'a>(tallies: impl IntoIterator<Item = &'a Mutex<Tally>>) -> Totals {
+        let mut all = Totals {
+            measured: histogram(),
+            records: 0,
+            measured_records: 0,
+            measured_bytes: 0,
+            last_measured_us: 0,
+            errors: 0,
+            first_error: None,
+        };
+        for tally in tallies {
+            let t = tally.lock().expect("tally lock");
+            all.measured.add(&t.measured).expect("same bounds");
+            all.records += t.records;
+            all.measured_records += t.measured_records;
+            all.measured_bytes += t.measured_bytes;
+            all.last_measured_us = all.last_measured_us.max(t.last_measured_us);
+            all.errors += t.errors;
+            all.first_error = all.first_error.take().or_else(|| t.first_error.clone());
+        }
+        all
+    }
+
+    /// Seconds from `start_us` to the last measured record (0 if none).
+    pub fn measured_secs(&self, start_us: u64) -> f64 {
+        self.last_measured_us.saturating_sub(start_us) as f64 / 1e6
+    }
+}
+
 pub fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }

@@ -14,17 +14,22 @@ fn workload(args: &[&str]) -> (i32, String) {
     )
 }
 
-#[test]
-fn a_profile_with_an_unknown_key_is_refused_naming_key_and_file() {
+/// Runs the binary on a profile file `name` holding `text`.
+fn with_profile(name: &str, text: &str) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("typo.toml");
-    std::fs::write(&path, "[producer]\nproducers = 2\nlinger = 5\n").unwrap();
-    let (code, err) = workload(&[
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    workload(&[
         "--bootstrap",
         "127.0.0.1:1",
         "--profile",
         path.to_str().unwrap(),
-    ]);
+    ])
+}
+
+#[test]
+fn a_profile_with_an_unknown_key_is_refused_naming_key_and_file() {
+    let (code, err) = with_profile("typo.toml", "[producer]\nproducers = 2\nlinger = 5\n");
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("typo.toml") && err.contains("unknown field `linger`"),
@@ -34,15 +39,7 @@ fn a_profile_with_an_unknown_key_is_refused_naming_key_and_file() {
 
 #[test]
 fn a_bad_value_is_refused_naming_section_and_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.toml");
-    std::fs::write(&path, "[consumer]\nisolation = \"dirty\"\n").unwrap();
-    let (code, err) = workload(&[
-        "--bootstrap",
-        "127.0.0.1:1",
-        "--profile",
-        path.to_str().unwrap(),
-    ]);
+    let (code, err) = with_profile("bad.toml", "[consumer]\nisolation = \"dirty\"\n");
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("bad.toml: [consumer] isolation: \"dirty\" is not"),
