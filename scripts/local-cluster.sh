@@ -5,7 +5,8 @@
 #   scripts/local-cluster.sh stop   [--data-dir D]
 #   scripts/local-cluster.sh status [--data-dir D]
 #
-# Node i (1..n) serves Kafka on P+i-1 and its peer transport on P+100+i-1
+# Node i (1..n) serves Kafka on P+i-1, its peer transport on P+100+i-1 and
+# its metrics endpoint (/metrics, /health, /ready) on P+200+i-1
 # (defaults: 3 nodes, P = 9092, D = ./helix-cluster). The cluster file is
 # D/cluster.toml; node i keeps its data in D/node<i>, its log in
 # D/node<i>.log and its pid in D/node<i>.pid. The binary is $HELIX_SERVER_BIN,
@@ -45,8 +46,8 @@ start() {
   local conf=$data/cluster.toml
   : >"$conf"
   for i in $(seq 1 "$nodes"); do
-    printf '[[nodes]]\nid = %d\nkafka = "127.0.0.1:%d"\npeer = "127.0.0.1:%d"\n\n' \
-      "$i" $((base + i - 1)) $((base + 100 + i - 1)) >>"$conf"
+    printf '[[nodes]]\nid = %d\nkafka = "127.0.0.1:%d"\npeer = "127.0.0.1:%d"\nmetrics = "127.0.0.1:%d"\n\n' \
+      "$i" $((base + i - 1)) $((base + 100 + i - 1)) $((base + 200 + i - 1)) >>"$conf"
   done
   for i in $(seq 1 "$nodes"); do
     if alive "$data/node$i.pid"; then
@@ -75,6 +76,7 @@ start() {
     bootstrap+=("127.0.0.1:$port")
   done
   echo "cluster of $nodes nodes is up; bootstrap: $(IFS=,; echo "${bootstrap[*]}")"
+  echo "metrics (/metrics, /health, /ready): http://127.0.0.1:$((base + 200)) .. :$((base + 200 + nodes - 1))"
 }
 
 stop() {

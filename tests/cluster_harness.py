@@ -125,6 +125,7 @@ class Node(harness.OwnedProcess):
         self.id = node_id
         self.kafka_port = harness.free_port()
         self.peer_port = harness.free_port()
+        self.metrics_port = harness.free_port()
         self.dir = cluster.workdir / f"node{node_id}"
         self.data_dir = self.dir / "data"
         self.config = self.dir / "cluster.toml"
@@ -217,7 +218,8 @@ class HelixCluster:
             peer = n.peer_port
             if n is not me and (me.id, n.id) in self.proxies:
                 peer = self.proxies[(me.id, n.id)].port
-            out.append(f'[[nodes]]\nid = {n.id}\nkafka = "127.0.0.1:{n.kafka_port}"\npeer = "127.0.0.1:{peer}"\n')
+            out.append(f'[[nodes]]\nid = {n.id}\nkafka = "127.0.0.1:{n.kafka_port}"\npeer = "127.0.0.1:{peer}"\n'
+                       f'metrics = "127.0.0.1:{n.metrics_port}"\n')
         return "\n".join(out)
 
     def node(self, node_id: int) -> Node:

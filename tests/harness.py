@@ -65,6 +65,17 @@ def wait_until_serving(host: str, port: int, proc: subprocess.Popen | None, dead
     raise RuntimeError(f"broker on {host}:{port} not serving after {START_TIMEOUT_S}s: {last_error}\n{tail(log)}")
 
 
+def http_get(port: int, path: str, timeout: float = 5.0) -> tuple[int, str]:
+    """GET http://127.0.0.1:PORT/PATH: (status, body); errors raise OSError."""
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
 def tail(path: Path | None, lines: int = 60) -> str:
     if path is None or not path.exists():
         return "(no broker log)"
@@ -214,6 +225,7 @@ class HelixBroker(ManagedBroker):
         super().__init__(workdir)
         self.binary = binary
         self.extra_args = list(extra_args or [])
+        self.metrics_port = free_port()
 
     def command(self, port: int | None = None) -> list[str]:
         addr = f"{self.host}:{port or self.port}"
@@ -224,6 +236,7 @@ class HelixBroker(ManagedBroker):
             "--data-dir", str(self.data_dir),
             "--node-id", "1",
             "--auto-create-topics", "true",
+            "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
         ]
         return cmd + self.extra_args + shlex.split(os.environ.get("HELIX_SERVER_ARGS", ""))
 

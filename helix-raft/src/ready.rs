@@ -66,6 +66,9 @@ pub struct Status {
     pub term: Term,
     pub leader: Option<NodeId>,
     pub commit: LogIndex,
+    /// The leader's commit index as this replica last heard it (a leader:
+    /// its own); 0 until a leader of the current term was heard.
+    pub leader_commit: LogIndex,
     pub applied: LogIndex,
     pub durable: LogIndex,
     pub acknowledged: LogIndex,

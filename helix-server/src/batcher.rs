@@ -238,6 +238,24 @@ impl Backpressure {
         THROTTLE_MIN + (THROTTLE_MAX - THROTTLE_MIN).mul_f64(over)
     }
 
+    /// Produce requests and bytes held unanswered now.
+    pub fn in_use(&self) -> (usize, usize) {
+        (
+            self.max_requests - self.requests.available_permits(),
+            self.max_bytes - self.bytes.available_permits(),
+        )
+    }
+
+    /// The limits (`max_pending_requests`, `max_pending_bytes`).
+    pub fn limits(&self) -> (usize, usize) {
+        (self.max_requests, self.max_bytes)
+    }
+
+    /// Either budget is used up: a connection asking for room now waits.
+    pub fn is_full(&self) -> bool {
+        self.requests.available_permits() == 0 || self.bytes.available_permits() == 0
+    }
+
     /// Returns once the node is below both limits (connections call this
     /// before reading the next request, so a full node stops reading).
     pub async fn wait_for_room(&self) {

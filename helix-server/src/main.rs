@@ -6,6 +6,7 @@ mod broker;
 mod cluster;
 mod config;
 mod controller;
+mod endpoint;
 mod error;
 mod group;
 mod kafka;
@@ -14,6 +15,7 @@ mod partition;
 mod replica;
 mod scrubber;
 mod server;
+mod status;
 mod topics;
 mod transport;
 
@@ -22,6 +24,9 @@ use tracing_subscriber::EnvFilter;
 
 fn main() {
     let flags = config::Flags::parse();
+    if let Some(config::Command::Status(args)) = &flags.command {
+        std::process::exit(status_command(args));
+    }
     let config = match config::Config::load(flags) {
         Ok(c) => c,
         Err(e) => {
@@ -37,10 +42,13 @@ fn main() {
         eprintln!("helix-server: bad log filter: {e}");
         std::process::exit(2);
     });
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        config::LogFormat::Text => logs.init(),
+        config::LogFormat::Json => logs.json().with_current_span(false).init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -56,4 +64,20 @@ fn main() {
         eprintln!("helix-server: {e}");
         std::process::exit(1);
     }
+}
+
+/// `helix-server status`: a client of the cluster, not a broker.
+fn status_command(args: &config::StatusArgs) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("helix-server status: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    let timeout = std::time::Duration::from_millis(args.timeout_ms);
+    runtime.block_on(status::run(&args.bootstrap, args.json, timeout))
 }

@@ -3,6 +3,7 @@
 //! accepting, stop reading, answer in-flight requests, then exit).
 
 use std::fs::File;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -11,6 +12,7 @@ use tokio::task::JoinSet;
 
 use crate::broker::{Broker, RETENTION_INTERVAL};
 use crate::config::Config;
+use crate::endpoint::{self, Endpoint};
 use crate::error::{HelixError, Result};
 use crate::kafka::admission::Admission;
 use crate::kafka::connection;
@@ -57,10 +59,17 @@ impl DataDirLock {
 pub async fn run(config: Config) -> Result<()> {
     let signal = shutdown_signal();
     let _lock = DataDirLock::acquire(&config)?;
+    // The operators' endpoint first: /health answers and /ready says
+    // "recovering" while the data directory is replayed.
+    let endpoint = Arc::new(Endpoint::default());
+    if let Some(l) = endpoint::bind(config.metrics_listen, config.metrics_listen_chosen).await? {
+        tokio::spawn(endpoint::serve(l, endpoint.clone()));
+    }
     // Open (and replay) everything before binding: a client that can
     // connect finds a broker that is ready and handles SIGTERM.
     let broker = Broker::open(config).await?;
     let listener = TcpListener::bind(broker.config.listen).await?;
+    endpoint.serving(&broker);
     tracing::info!(
         listen = %broker.config.listen,
         advertised = %broker.config.advertised,
@@ -70,7 +79,7 @@ pub async fn run(config: Config) -> Result<()> {
         "helix-server is serving Kafka"
     );
     tokio::spawn(crate::scrubber::run(
-        std::sync::Arc::downgrade(&broker),
+        Arc::downgrade(&broker),
         broker.config.scrub_bytes_per_second,
     ));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -99,6 +108,7 @@ pub async fn run(config: Config) -> Result<()> {
                 let ticket = match admission.admit(peer.ip()) {
                     Ok(t) => t,
                     Err(refused) => {
+                        crate::metrics::Metrics::count(&metrics().counters.connections_refused, 1);
                         tracing::warn!(%peer, reason = %refused, "connection refused");
                         continue;
                     }

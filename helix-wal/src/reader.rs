@@ -130,6 +130,11 @@ impl LogReader {
         &self.shared.dir
     }
 
+    /// Bytes of the log's segment files (Kafka's `Log` `Size`).
+    pub fn size_bytes(&self) -> u64 {
+        self.shared.snapshot().iter().map(|s| s.len()).sum()
+    }
+
     /// Offset the next appended record gets (the log end offset).
     pub fn next_offset(&self) -> i64 {
         self.shared.next_offset()

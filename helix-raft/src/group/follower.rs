@@ -86,6 +86,7 @@ impl RaftGroup {
     /// Takes the leader's commit and acknowledged indexes, clamped to what
     /// this follower has verified against the leader.
     pub(super) fn learn_commit(&mut self, commit: LogIndex, acknowledged: LogIndex) {
+        self.leader_commit = self.leader_commit.max(commit);
         self.log.commit_to(commit.min(self.leader_match));
         let ack = acknowledged.min(self.leader_match);
         if ack > self.acknowledged {

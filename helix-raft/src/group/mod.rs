@@ -54,6 +54,9 @@ pub struct RaftGroup {
     /// Follower: highest index known to match the current leader's log this
     /// term. Commit, acknowledged and durable reports are clamped by it.
     leader_match: LogIndex,
+    /// Follower: the highest commit index the current term's leader has
+    /// sent, not clamped to what this log matches (how far behind it is).
+    leader_commit: LogIndex,
     /// Follower: the durable index last reported to the leader.
     durable_reported: LogIndex,
     acknowledged: LogIndex,
@@ -100,6 +103,7 @@ impl RaftGroup {
             randomized_timeout: cfg.election_ticks,
             rng: SplitMix64::for_replica(restored.seed, group.0, cfg.node.0),
             leader_match: LogIndex(0),
+            leader_commit: LogIndex(0),
             durable_reported: LogIndex(0),
             acknowledged: LogIndex(0),
             ack_reported: LogIndex(0),
@@ -264,6 +268,11 @@ impl RaftGroup {
             term: self.term,
             leader: self.leader,
             commit: self.log.commit(),
+            leader_commit: if self.role == Role::Leader {
+                self.log.commit()
+            } else {
+                self.leader_commit
+            },
             applied: self.log.applied(),
             durable: self.log.durable(),
             acknowledged: self.acknowledged,
@@ -341,6 +350,7 @@ impl RaftGroup {
         self.transferee = None;
         self.transfer_elapsed = 0;
         self.leader_match = LogIndex(0);
+        self.leader_commit = LogIndex(0);
         self.durable_reported = LogIndex(0);
     }
 

@@ -96,6 +96,7 @@ impl TestCluster {
                 id,
                 kafka: format!("127.0.0.1:{}", 19000 + id),
                 peer: format!("127.0.0.1:{}", 19100 + id),
+                metrics: None,
             })
             .collect();
         let mut c = TestCluster {

@@ -30,6 +30,10 @@ pub struct NodeSpec {
     pub kafka: String,
     /// `host:port` of the node's peer transport listener.
     pub peer: String,
+    /// `host:port` of the node's metrics endpoint (optional; default
+    /// 127.0.0.1 at 9644 plus the node's position in the sorted list).
+    #[serde(default)]
+    pub metrics: Option<String>,
 }
 
 /// The validated cluster: every node, and this one.
@@ -62,7 +66,11 @@ impl Cluster {
                     n.id
                 ));
             }
-            for (key, addr) in [("kafka", &n.kafka), ("peer", &n.peer)] {
+            let metrics = n.metrics.iter().map(|m| ("metrics", m));
+            for (key, addr) in [("kafka", &n.kafka), ("peer", &n.peer)]
+                .into_iter()
+                .chain(metrics)
+            {
                 let at = format!("nodes[{i}].{key}");
                 let resolved =
                     resolve(addr).map_err(|e| HelixError::Config(format!("{at}: {e}")))?;
@@ -95,6 +103,25 @@ impl Cluster {
     /// Every node but this one.
     pub fn peers(&self) -> impl Iterator<Item = &NodeSpec> {
         self.nodes.iter().filter(move |n| n.id != self.me)
+    }
+
+    /// The address this node's metrics endpoint binds: its `metrics` key,
+    /// or 127.0.0.1:9644 plus the node's position among the sorted ids (so
+    /// the nodes of a cluster on one machine do not collide).
+    pub fn metrics_listen(&self) -> Result<SocketAddr> {
+        let node = self.this_node();
+        match &node.metrics {
+            Some(addr) => resolve(addr).map_err(|e| {
+                HelixError::Config(format!("metrics address of node {}: {e}", self.me))
+            }),
+            None => {
+                let position = self.nodes.iter().position(|n| n.id == self.me).unwrap_or(0);
+                Ok(SocketAddr::from((
+                    [127, 0, 0, 1],
+                    super::DEFAULT_METRICS_PORT + position as u16,
+                )))
+            }
+        }
     }
 
     /// The address this node's Kafka listener binds.
@@ -141,6 +168,7 @@ mod tests {
             id,
             kafka: format!("127.0.0.1:{kafka}"),
             peer: format!("127.0.0.1:{peer}"),
+            metrics: None,
         }
     }
 
@@ -190,5 +218,18 @@ mod tests {
         zero[0].id = 0;
         assert!(refusal(zero, 1).contains("nodes[0].id"));
         assert!(refusal(Vec::new(), 1).contains("nodes"));
+    }
+
+    #[test]
+    fn metrics_addresses_default_per_position_and_are_checked() {
+        let c = Cluster::new(three(), 2).expect("valid");
+        assert_eq!(c.metrics_listen().expect("default").port(), 9645);
+        let mut nodes = three();
+        nodes[0].metrics = Some("127.0.0.1:9194".into());
+        let e = refusal(nodes, 1);
+        assert!(
+            e.contains("nodes[0].metrics") && e.contains("nodes[0].peer"),
+            "{e}"
+        );
     }
 }

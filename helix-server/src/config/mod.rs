@@ -39,6 +39,41 @@ pub enum BackpressureMode {
     Throttle,
 }
 
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields, spans).
+    Json,
+}
+
+/// What `helix-server` does besides serving (the default).
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Print the cluster as any node shows it: nodes, partitions, leaders,
+    /// ISR, end offsets, consumer groups and their lag.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// HOST:PORT of one or more nodes (comma-separated); the first that
+    /// answers is asked.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// How long each call may take.
+    #[arg(long, default_value_t = 5000)]
+    pub timeout_ms: u64,
+}
+
+/// The metrics endpoint's port when nothing else is said.
+pub const DEFAULT_METRICS_PORT: u16 = 9644;
+
 /// Command-line flags. Every flag is optional: a flag wins over the TOML file,
 /// which wins over the built-in default.
 #[derive(Debug, Parser)]
@@ -48,6 +83,8 @@ pub enum BackpressureMode {
     about = "Helix: a Kafka-compatible log broker"
 )]
 pub struct Flags {
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// TOML file with any of the settings below (same names, snake_case).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -69,6 +106,17 @@ pub struct Flags {
     /// Log filter (tracing EnvFilter syntax); RUST_LOG is used when absent.
     #[arg(long)]
     pub log_level: Option<String>,
+    /// text (default) or json: one JSON object per log line.
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Address of the HTTP endpoint serving /metrics, /health and /ready
+    /// (default 127.0.0.1:9644; in a cluster 9644 plus the node's position).
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Per-partition metric series are exported while the node holds at
+    /// most this many replicas (node-wide aggregates always are).
+    #[arg(long)]
+    pub metrics_partition_series_max: Option<usize>,
     /// Partitions of an auto-created or default-sized topic.
     #[arg(long)]
     pub default_partitions: Option<i32>,
@@ -199,6 +247,9 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     write_durability: Option<WriteDurability>,
     log_level: Option<String>,
+    log_format: Option<LogFormat>,
+    metrics_listen: Option<SocketAddr>,
+    metrics_partition_series_max: Option<usize>,
     default_partitions: Option<i32>,
     auto_create_topics: Option<bool>,
     retention_ms: Option<i64>,
@@ -255,6 +306,15 @@ pub struct Config {
     pub write_durability: WriteDurability,
     /// Default `info` (RUST_LOG wins when set and no flag is given).
     pub log_level: Option<String>,
+    /// Default `text`.
+    pub log_format: LogFormat,
+    /// Default 127.0.0.1:9644 (a cluster node: 9644 plus its position).
+    pub metrics_listen: SocketAddr,
+    /// The operator named `metrics_listen` (flag, file or `[[nodes]]`):
+    /// failing to bind it stops the start; the default only warns.
+    pub metrics_listen_chosen: bool,
+    /// Default 1000.
+    pub metrics_partition_series_max: usize,
     /// Default 1.
     pub default_partitions: i32,
     /// Default true.
@@ -332,6 +392,10 @@ impl Default for Config {
             data_dir: PathBuf::from("./helix-data"),
             write_durability: WriteDurability::ReplicationOnly,
             log_level: None,
+            log_format: LogFormat::Text,
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT)),
+            metrics_listen_chosen: false,
+            metrics_partition_series_max: 1000,
             default_partitions: 1,
             auto_create_topics: true,
             retention_ms: 7 * 24 * 3600 * 1000,
@@ -418,6 +482,8 @@ impl Config {
         }
         set!(node_id);
         set!(listen);
+        set!(log_format);
+        set!(metrics_partition_series_max);
         set!(data_dir);
         set!(write_durability);
         set!(default_partitions);
@@ -484,10 +550,19 @@ impl Config {
         }
         let listen_given = flags.listen.is_some() || file.listen.is_some();
         let mut advertised = flags.advertised.or(file.advertised);
+        let metrics_listen = flags.metrics_listen.or(file.metrics_listen);
+        if let Some(addr) = metrics_listen {
+            c.metrics_listen = addr;
+            c.metrics_listen_chosen = true;
+        }
         if let Some(nodes) = file.nodes {
             let cluster = Cluster::new(nodes, c.node_id)?;
             if !listen_given {
                 c.listen = cluster.kafka_listen()?;
+            }
+            if metrics_listen.is_none() {
+                c.metrics_listen = cluster.metrics_listen()?;
+                c.metrics_listen_chosen = cluster.this_node().metrics.is_some();
             }
             advertised = advertised.or_else(|| Some(cluster.this_node().kafka.clone()));
             c.cluster = Some(cluster);

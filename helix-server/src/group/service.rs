@@ -98,6 +98,16 @@ struct Host {
     next_token: u64,
 }
 
+/// A group as its coordinator holds it (metrics).
+#[derive(Debug, Clone)]
+pub struct GroupView {
+    pub id: String,
+    pub state: &'static str,
+    pub members: usize,
+    /// (topic, partition, committed offset).
+    pub offsets: Vec<(String, i32, i64)>,
+}
+
 /// The broker's group service.
 #[derive(Debug)]
 pub struct GroupService {
@@ -273,6 +283,28 @@ impl GroupService {
         }
         let reply = rx.await.map_err(|_| HelixError::ShuttingDown)?;
         Ok(reply.response.into_kind())
+    }
+
+    /// The groups this node coordinates (loaded partitions only), for
+    /// metrics: state, members and committed offsets.
+    pub fn observe(&self) -> Vec<GroupView> {
+        let host = self.lock();
+        host.coordinator
+            .shards
+            .values()
+            .filter(|shard| !shard.loading)
+            .flat_map(|shard| shard.groups.values())
+            .map(|g| GroupView {
+                id: g.id.clone(),
+                state: g.state.name(),
+                members: g.members.len(),
+                offsets: g
+                    .offsets
+                    .iter()
+                    .map(|((topic, partition), c)| (topic.clone(), *partition, c.offset))
+                    .collect(),
+            })
+            .collect()
     }
 
     /// Shutdown: every coordinator partition flushes and closes its log.

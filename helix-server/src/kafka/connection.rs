@@ -13,8 +13,10 @@
 //! throttle (ADR 0011, the KIP-219 mute).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::ApiKey;
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, watch};
@@ -32,7 +34,41 @@ use crate::metrics::{Metrics, Stage, metrics};
 /// Requests of one connection processed concurrently before reading pauses.
 pub const MAX_IN_FLIGHT: usize = 1024;
 
-type InFlight = JoinHandle<Result<Option<Frame>>>;
+/// A request being answered: its handler, and what its latency is
+/// recorded under once the response is written.
+struct InFlight {
+    handler: JoinHandle<Result<Option<Frame>>>,
+    api: Option<(ApiKey, i16)>,
+    read_at: Instant,
+}
+
+/// Counts the connection open while it lives.
+struct OpenConnection;
+
+impl OpenConnection {
+    fn new() -> Self {
+        let c = &metrics().counters;
+        Metrics::count(&c.connections, 1);
+        c.connections_open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics()
+            .counters
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The API key and version at the front of a request frame, if known.
+fn api_of(frame: &[u8]) -> Option<(ApiKey, i16)> {
+    let key = ApiKey::try_from(i16::from_be_bytes([*frame.first()?, *frame.get(1)?])).ok()?;
+    let version = i16::from_be_bytes([*frame.get(2)?, *frame.get(3)?]);
+    Some((key, version))
+}
 
 /// Serves a connection until the client closes it, it misbehaves, or the
 /// broker shuts down (then in-flight requests are still answered).
@@ -48,13 +84,17 @@ pub async fn serve(
         .map(|a| a.to_string())
         .unwrap_or_default();
     let _ = stream.set_nodelay(true);
-    Metrics::count(&metrics().counters.connections, 1);
+    let _open = OpenConnection::new();
+    let m = metrics();
     let (mut reader, writer) = stream.into_split();
     let (tx, rx) = mpsc::channel::<InFlight>(MAX_IN_FLIGHT);
     let write_loop = tokio::spawn(write_responses(writer, rx));
     let max = broker.config.max_request_size;
     let idle = broker.config.connections_max_idle;
     loop {
+        if broker.backpressure.is_full() {
+            Metrics::count(&m.counters.backpressure_pauses, 1);
+        }
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = broker.backpressure.wait_for_room() => {}
@@ -68,6 +108,7 @@ pub async fn serve(
             len = within(idle, &peer, "closing idle connection (connections_max_idle_ms)", read_len(&mut reader, max)) => len,
         };
         let Some(Some(len)) = len else { break };
+        Metrics::count(&m.counters.bytes_in, len as u64 + 4);
         // The frame's bytes come out of the node's request budget before
         // they are read; until they fit, this connection reads nothing.
         let room = tokio::select! {
@@ -76,18 +117,24 @@ pub async fn serve(
         };
         let Some((room, waited)) = room else { break };
         if waited {
-            Metrics::count(&metrics().counters.request_budget_waits, 1);
+            Metrics::count(&m.counters.request_budget_waits, 1);
         }
         let frame = tokio::select! {
             _ = shutdown.changed() => break,
             f = within(idle, &peer, "closing connection: a request's bytes stopped arriving (connections_max_idle_ms)", read_body(&mut reader, len)) => f,
         };
         let Some(frame) = frame else { break };
+        let read_at = Instant::now();
         ticket.touch();
-        let is_produce = frame.get(..2) == Some(&[0, 0]);
+        let api = api_of(&frame);
+        if let Some((key, version)) = api {
+            m.requests.started(key, version);
+        }
+        let is_produce = api.is_some_and(|(key, _)| key == ApiKey::Produce);
         let pending: PendingResponse = match dispatch::start_from(&broker, frame, peer_ip).await {
             Ok(p) => p,
             Err(close) => {
+                m.requests.closed(api.map(|(key, _)| key));
                 tracing::info!(%peer, reason = %close, "closing connection");
                 break;
             }
@@ -98,7 +145,12 @@ pub async fn serve(
             drop(room);
             out
         };
-        if tx.send(tokio::spawn(answered)).await.is_err() {
+        let in_flight = InFlight {
+            handler: tokio::spawn(answered),
+            api,
+            read_at,
+        };
+        if tx.send(in_flight).await.is_err() {
             break; // the writer stopped: the socket is gone
         }
         if is_produce && broker.config.backpressure_mode == BackpressureMode::Throttle {
@@ -137,15 +189,18 @@ async fn within<T>(
 }
 
 async fn write_responses(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<InFlight>) {
-    while let Some(handle) = rx.recv().await {
-        let body = match handle.await {
+    let m = metrics();
+    while let Some(request) = rx.recv().await {
+        let body = match request.handler.await {
             Ok(Ok(Some(body))) => body,
             Ok(Ok(None)) => continue,
             Ok(Err(e)) => {
+                m.requests.closed(request.api.map(|(key, _)| key));
                 tracing::warn!(error = %e, "closing the connection instead of answering");
                 return;
             }
             Err(e) => {
+                m.requests.closed(request.api.map(|(key, _)| key));
                 tracing::error!(error = %e, "request handler failed; closing the connection");
                 return;
             }
@@ -154,6 +209,10 @@ async fn write_responses(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<InFlight>
         if write_frame(&mut w, &body).await.is_err() {
             return;
         }
-        metrics().record(Stage::ResponseWrite, started.elapsed());
+        m.record(Stage::ResponseWrite, started.elapsed());
+        Metrics::count(&m.counters.bytes_out, body.len() as u64);
+        if let Some((key, version)) = request.api {
+            m.requests.finished(key, version, request.read_at.elapsed());
+        }
     }
 }

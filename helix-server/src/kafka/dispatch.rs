@@ -104,6 +104,7 @@ pub async fn start_from(
     }
     let b = broker.clone();
     let respond = move |body: ResponseKind| {
+        crate::metrics::metrics().requests.answered(key, &body);
         encode(key, version, correlation_id, &body).map(|b| Some(Frame::whole(b)))
     };
     let pending: PendingResponse =
@@ -127,6 +128,14 @@ pub async fn start_from(
             }),
             RequestKind::Fetch(req) => Box::pin(async move {
                 let resp = fetch::handle(&b, req, version).await;
+                crate::metrics::metrics().requests.fetch_answered(
+                    std::iter::once(resp.error_code).chain(
+                        resp.responses
+                            .iter()
+                            .flat_map(|t| &t.partitions)
+                            .map(|p| p.error_code),
+                    ),
+                );
                 segmented::encode_fetch(version, correlation_id, resp).map(Some)
             }),
             RequestKind::ListOffsets(req) => Box::pin(async move {

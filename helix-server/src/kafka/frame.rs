@@ -95,7 +95,6 @@ impl RequestBudget {
     }
 
     /// Bytes not taken now.
-    #[cfg(test)]
     pub fn available(&self) -> usize {
         self.bytes.available_permits()
     }

@@ -47,7 +47,6 @@ impl Frame {
     }
 
     /// Total bytes on the wire.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.segments.iter().map(Bytes::len).sum()
     }

@@ -12,6 +12,7 @@ use super::batch::parse_header;
 use super::producers::{ProducerTable, SequenceCheck};
 use super::scan::MaxTimestamp;
 use crate::error::{HelixError, Result};
+use crate::metrics::{Stage, metrics};
 
 /// The outcome of one request of an entry.
 #[derive(Debug)]
@@ -64,6 +65,7 @@ pub fn apply_produce(
     // partitionLeaderEpoch leaves the CRC-covered bytes alone, so it checks
     // only structure here; entries that came over the network are verified
     // in full. Recovery always verifies CRCs.
+    let started = std::time::Instant::now();
     if accepted.len() == lengths.len() {
         log.append_checked(pos, &buf, check)?;
     } else {
@@ -73,6 +75,7 @@ pub fn apply_produce(
         }
         log.append_checked(pos, &out, check)?;
     }
+    metrics().record(Stage::WalAppend, started.elapsed());
     Ok(outcomes)
 }
 

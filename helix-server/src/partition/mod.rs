@@ -81,6 +81,9 @@ pub struct Published {
     pub leadership: watch::Sender<Leadership>,
     /// In-sync replicas while this replica leads (empty otherwise).
     pub isr: Mutex<Vec<NodeId>>,
+    /// Caught up with its leader (or leading), as the shard last judged
+    /// at a tick: what `/ready` asks of every replica.
+    pub caught_up: std::sync::atomic::AtomicBool,
     /// Set when a read found stored bytes that fail their checks (ADR
     /// 0001): the replica takes no more writes.
     pub damaged: std::sync::OnceLock<String>,
@@ -138,22 +141,29 @@ pub fn recover(
     } else {
         acknowledged_hint.clamp(recovery.log_start_offset, recovery.next_offset)
     };
-    tracing::debug!(
-        topic,
-        index,
-        group = settings.spec.group.0,
-        next_offset = recovery.next_offset,
-        log_start_offset = recovery.log_start_offset,
-        high_watermark,
-        term = group.term().0,
-        "opened partition replica"
-    );
+    if recovery.next_offset > 0 || recovery.scanned_bytes > 0 {
+        let last = recovery.last_position.unwrap_or_default();
+        tracing::info!(
+            topic,
+            index,
+            group = settings.spec.group.0,
+            term = group.term().0,
+            last_term = last.term,
+            last_index = last.index,
+            next_offset = recovery.next_offset,
+            log_start_offset = recovery.log_start_offset,
+            high_watermark,
+            reverified_bytes = recovery.scanned_bytes,
+            "replica recovered"
+        );
+    }
     let published = Arc::new(Published {
         reader: RwLock::new(log.reader()),
         high_watermark: watch::channel(high_watermark).0,
         max_timestamp: Mutex::new(max_ts),
         leadership: watch::channel(Leadership::default()).0,
         isr: Mutex::new(Vec::new()),
+        caught_up: std::sync::atomic::AtomicBool::new(false),
         damaged: std::sync::OnceLock::new(),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
@@ -237,6 +247,18 @@ impl Partition {
     /// A receiver that changes whenever role, term or leader change.
     pub fn watch_leadership(&self) -> watch::Receiver<Leadership> {
         self.published.leadership.subscribe()
+    }
+
+    /// Caught up with its leader, or leading (`/ready`).
+    pub fn caught_up(&self) -> bool {
+        self.published
+            .caught_up
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Bytes of the log's segment files.
+    pub fn size_bytes(&self) -> u64 {
+        self.reader().size_bytes()
     }
 
     /// The in-sync replicas, leader first, while this replica leads.

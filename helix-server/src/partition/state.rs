@@ -128,9 +128,19 @@ impl PartitionState {
     fn propose_produce(&mut self, group: &mut RaftGroup, batch: Vec<PendingProduce>) {
         let now = Instant::now();
         let m = metrics();
+        let (mut records, mut bytes) = (0u64, 0u64);
         for p in &batch {
             m.record(Stage::BatcherQueueWait, now.duration_since(p.enqueued));
+            bytes += p.size as u64;
+            records += p
+                .batches
+                .iter()
+                .filter_map(|b| helix_wal::BatchHeader::parse(b).ok())
+                .map(|h| u64::try_from(h.record_count).unwrap_or(0))
+                .sum::<u64>();
         }
+        m.batch_records.record(records);
+        m.batch_bytes.record(bytes);
         let data = entry::encode_produce(batch.iter().map(|p| p.batches.as_slice()));
         match group.propose(data) {
             Ok(index) => {
@@ -174,6 +184,7 @@ impl PartitionState {
                 fail_waiter(w, &err);
             }
         }
+        Metrics::count(&metrics().counters.wal_truncations, 1);
         tracing::info!(dir = %self.dir.display(), after = after.0, next_offset = log.next_offset(), "WAL truncated to the new leader's log");
         Ok(())
     }
@@ -210,7 +221,7 @@ impl PartitionState {
                     Some(self.apply_normal(pos, e.data, check)?)
                 }
             };
-            m.record(Stage::WalAppend, started.elapsed());
+            m.record(Stage::Apply, started.elapsed());
             self.applied = e.index;
             let unacked = self.settle(e.index, waiter.map(|(w, _)| w), applying, proposed_at);
             self.push_unacked(unacked);
@@ -411,6 +422,13 @@ impl PartitionState {
     }
 
     /// Publishes the in-sync replicas computed by the leader's shard.
+    /// Whether this replica is caught up (see `replica::isr::CaughtUp`).
+    pub fn publish_caught_up(&self, caught_up: bool) {
+        self.published
+            .caught_up
+            .store(caught_up, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn publish_isr(&self, isr: Vec<helix_raft::NodeId>) {
         if let Ok(mut i) = self.published.isr.lock() {
             *i = isr;

@@ -57,6 +57,36 @@ impl IsrTracker {
     }
 }
 
+/// A replica's own answer to "am I caught up?", the follower's side of
+/// the ISR rule: at a tick a follower is caught up when its durable index
+/// reached the commit index its leader had sent by the previous tick, and
+/// it stays in sync while it caught up within the lag. A leader is in
+/// sync. A replica that has not yet heard a leader since it started is
+/// not (a restarted node is behind until it proves otherwise).
+#[derive(Debug, Default)]
+pub struct CaughtUp {
+    commit_before: Option<LogIndex>,
+    at: Option<u64>,
+}
+
+impl CaughtUp {
+    pub fn tick(&mut self, now: u64, status: &Status, lag: u64) -> bool {
+        if status.role == helix_raft::Role::Leader {
+            self.at = Some(now);
+            self.commit_before = None;
+            return true;
+        }
+        if let Some(before) = self.commit_before
+            && status.leader.is_some()
+            && status.durable >= before
+        {
+            self.at = Some(now);
+        }
+        self.commit_before = (status.leader_commit.0 > 0).then_some(status.leader_commit);
+        self.at.is_some_and(|at| now.saturating_sub(at) <= lag)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,6 +98,7 @@ mod tests {
             term: Term(1),
             leader: Some(NodeId(1)),
             commit: LogIndex(last),
+            leader_commit: LogIndex(last),
             applied: LogIndex(last),
             durable: LogIndex(last),
             acknowledged: LogIndex(last),
@@ -149,5 +180,48 @@ mod tests {
         assert_eq!(left, Some(vec![NodeId(1), NodeId(2)]));
         // It answers again: back at once.
         assert_eq!(t.tick(11, me, &silent(0), 5), Some(all));
+    }
+
+    fn follower(durable: u64, leader_commit: u64) -> Status {
+        let mut s = status(0, &[]);
+        s.role = Role::Follower;
+        s.leader = Some(NodeId(2));
+        s.durable = LogIndex(durable);
+        s.leader_commit = LogIndex(leader_commit);
+        s
+    }
+
+    #[test]
+    fn a_restarted_follower_is_behind_until_it_reaches_what_its_leader_committed() {
+        let mut c = CaughtUp::default();
+        // Nothing heard from a leader yet.
+        assert!(!c.tick(1, &follower(10, 0), 5));
+        // First heard: the leader is at 500; not caught up on hearsay.
+        assert!(!c.tick(2, &follower(10, 500), 5));
+        assert!(!c.tick(3, &follower(200, 600), 5));
+        // Not yet 600, what the leader had sent a tick ago...
+        assert!(!c.tick(4, &follower(550, 600), 5));
+        // ...now reached.
+        assert!(c.tick(4, &follower(600, 650), 5));
+        // Under steady load it stays in sync while it keeps up...
+        assert!(c.tick(5, &follower(650, 700), 5));
+        // ...and falls out after `lag` ticks without catching up.
+        for now in 6..=10 {
+            assert!(c.tick(now, &follower(650, 900), 5), "tick {now}");
+        }
+        assert!(!c.tick(11, &follower(650, 900), 5));
+    }
+
+    #[test]
+    fn a_leader_is_in_sync_and_an_election_within_the_lag_does_not_count() {
+        let mut c = CaughtUp::default();
+        let mut leader = status(5, &[]);
+        leader.leader_commit = LogIndex(5);
+        assert!(c.tick(1, &leader, 3));
+        let mut candidate = follower(5, 5);
+        candidate.role = Role::Candidate;
+        candidate.leader = None;
+        assert!(c.tick(2, &candidate, 3));
+        assert!(!c.tick(5, &candidate, 3));
     }
 }

@@ -183,6 +183,26 @@ impl ReplicaHost {
         self.lock_replicas().values().cloned().collect()
     }
 
+    /// The Raft status of every group this node holds. A shard that does
+    /// not answer within `within` (a long round) is left out.
+    pub async fn observe(&self, within: Duration) -> Vec<(GroupId, helix_raft::Status)> {
+        let mut asked = Vec::with_capacity(self.shards.len());
+        for s in &self.shards {
+            let (reply, answer) = oneshot::channel();
+            if s.try_send(ShardInput::Observe(reply)).is_ok() {
+                asked.push(answer);
+            }
+        }
+        let mut out = Vec::new();
+        let deadline = tokio::time::Instant::now() + within;
+        for answer in asked {
+            if let Ok(Ok(groups)) = tokio::time::timeout_at(deadline, answer).await {
+                out.extend(groups);
+            }
+        }
+        out
+    }
+
     /// A counter that moves whenever a replica's leadership or ISR changes.
     pub fn leadership_changes(&self) -> u64 {
         self.changes.load(Ordering::Relaxed)

@@ -15,7 +15,7 @@ use helix_raft::{GroupId, LogIndex, MessageBatch, MultiRaft, NodeId, RaftGroup, 
 use tokio::sync::{mpsc, oneshot};
 
 use super::catch_up::CatchUps;
-use super::isr::IsrTracker;
+use super::isr::{CaughtUp, IsrTracker};
 use super::payload::{MAX_PAYLOAD_BYTES, split_to_fit};
 use super::syncer::Syncer;
 use super::{Lane, Outbox};
@@ -47,6 +47,8 @@ pub enum ShardInput {
     StepDownAll,
     /// The syncer finished a round asked for by this shard.
     Synced,
+    /// The Raft status of every group of the shard (metrics).
+    Observe(oneshot::Sender<Vec<(GroupId, helix_raft::Status)>>),
     Stop,
 }
 
@@ -73,6 +75,8 @@ pub struct Shard {
     ticks: u64,
     /// ISR of the groups this node leads.
     isr: HashMap<GroupId, IsrTracker>,
+    /// Whether each replica is caught up (`/ready`).
+    caught_up: HashMap<GroupId, CaughtUp>,
     /// Ticks a follower may go without catching up and stay in the ISR.
     isr_lag_ticks: u64,
     /// Bumped on every leadership or ISR change (the gossip sends then).
@@ -122,6 +126,7 @@ impl Shard {
             ticked: false,
             ticks: 0,
             isr: HashMap::new(),
+            caught_up: HashMap::new(),
             isr_lag_ticks: cx.isr_lag_ticks,
             changes: cx.changes,
             balance_every: cx.balance_every,
@@ -133,7 +138,9 @@ impl Shard {
     /// The shard's loop, until `Stop` or every sender is gone.
     pub fn run(mut self, mut rx: mpsc::Receiver<ShardInput>) {
         let _span = tracing::info_span!("shard", index = self.index).entered();
+        let m = crate::metrics::metrics();
         while let Some(input) = rx.blocking_recv() {
+            let started = std::time::Instant::now();
             if !self.handle(input) {
                 break;
             }
@@ -148,6 +155,7 @@ impl Shard {
                 }
             }
             self.drive();
+            m.busy(crate::metrics::Pool::Shards, started.elapsed());
         }
         self.stop();
     }
@@ -228,6 +236,14 @@ impl Shard {
                 for id in self.in_round.take().unwrap_or_default() {
                     self.report_durable(id, None);
                 }
+            }
+            ShardInput::Observe(reply) => {
+                let _ = reply.send(
+                    self.multi
+                        .groups()
+                        .map(|g| (g.group(), g.status()))
+                        .collect(),
+                );
             }
             ShardInput::Stop => return false,
         }
@@ -341,6 +357,7 @@ impl Shard {
         }
         for (id, err) in failed {
             tracing::error!(group = id.0, error = %err, "replica stopped: its log or vote cannot be written");
+            crate::metrics::Metrics::count(&crate::metrics::metrics().counters.stopped_replicas, 1);
             if let Some(state) = self.states.get_mut(&id) {
                 state.fail_all(&err);
             }
@@ -382,19 +399,42 @@ impl Shard {
                 continue;
             };
             if let Some(now) = state.leadership(group) {
-                tracing::info!(group = id.0, role = ?now.role, term = now.term.0, leader = ?now.leader.map(|n| n.0), "leadership changed");
+                let s = group.status();
+                tracing::info!(
+                    group = id.0,
+                    role = ?now.role,
+                    term = now.term.0,
+                    leader = ?now.leader.map(|n| n.0),
+                    last_index = s.last_index.0,
+                    commit = s.commit.0,
+                    acknowledged = s.acknowledged.0,
+                    "leadership changed"
+                );
                 self.changes.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::Metrics::count(
+                    &crate::metrics::metrics().counters.leader_changes,
+                    1,
+                );
                 if now.role != helix_raft::Role::Leader {
                     self.isr.remove(&id);
                 }
             }
-            if ticked
-                && group.role() == helix_raft::Role::Leader
+            if !ticked {
+                continue;
+            }
+            let status = group.status();
+            let caught_up =
+                self.caught_up
+                    .entry(id)
+                    .or_default()
+                    .tick(self.ticks, &status, self.isr_lag_ticks);
+            state.publish_caught_up(caught_up);
+            if group.role() == helix_raft::Role::Leader
                 && group.config().voters.len() > 1
                 && let Some(isr) = self.isr.entry(id).or_default().tick(
                     self.ticks,
                     me,
-                    &group.status(),
+                    &status,
                     self.isr_lag_ticks,
                 )
             {
@@ -485,6 +525,7 @@ impl Shard {
         }
         self.catch_ups.forget(id);
         self.isr.remove(&id);
+        self.caught_up.remove(&id);
     }
 }
 

@@ -56,7 +56,9 @@ fn run(group: SyncGroup, rx: std_mpsc::Receiver<Request>) {
         if let Err(e) = group.sync_all() {
             tracing::error!(error = %e, "fsync round failed");
         }
-        crate::metrics::metrics().record(crate::metrics::Stage::Fsync, started.elapsed());
+        let m = crate::metrics::metrics();
+        m.record(crate::metrics::Stage::Fsync, started.elapsed());
+        m.busy(crate::metrics::Pool::Syncer, started.elapsed());
         for shard in waiting {
             // Never dropped: a shard that missed it would wait forever.
             let _ = shard.blocking_send(ShardInput::Synced);

@@ -1,14 +1,21 @@
-//! Per-stage latency histograms of the produce path and a few counters.
+//! What the node measures, recorded where it happens: per-stage latency of
+//! the produce path and batch sizes (HDR histograms), requests per Kafka
+//! API, counters, and the busy time of each thread pool.
 //!
-//! One process-wide registry ([`metrics()`]): stages record microseconds
-//! into HDR histograms; `summary()` renders them for the log (at shutdown
-//! and on demand). Exporting over HTTP comes with the observability work.
+//! One process-wide registry ([`metrics()`]). `crate::endpoint` serves it
+//! as Prometheus text on `/metrics`; [`Metrics::summary`] renders the
+//! stages for the log at shutdown.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+mod hdr;
+pub mod process;
+mod requests;
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
+pub use hdr::{Buckets, Hdr};
+pub use requests::{Requests, error_name};
 
 /// A produce-path stage with its own histogram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,7 +24,10 @@ pub enum Stage {
     BatcherQueueWait,
     /// From propose to the entry being committed (Raft).
     RaftCommit,
-    /// Writing an entry's batches to the WAL.
+    /// Applying one committed entry: idempotence checks, offsets, the WAL
+    /// append.
+    Apply,
+    /// Writing an entry's batches to the WAL (part of `Apply`).
     WalAppend,
     /// The group-committed fsync (fsync mode only).
     Fsync,
@@ -27,26 +37,42 @@ pub enum Stage {
     ResponseWrite,
 }
 
-const STAGES: [Stage; 6] = [
-    Stage::BatcherQueueWait,
-    Stage::RaftCommit,
-    Stage::WalAppend,
-    Stage::Fsync,
-    Stage::Ack,
-    Stage::ResponseWrite,
-];
-
 impl Stage {
-    fn name(self) -> &'static str {
+    pub const ALL: [Stage; 7] = [
+        Stage::BatcherQueueWait,
+        Stage::RaftCommit,
+        Stage::Apply,
+        Stage::WalAppend,
+        Stage::Fsync,
+        Stage::Ack,
+        Stage::ResponseWrite,
+    ];
+
+    pub fn name(self) -> &'static str {
         match self {
             Stage::BatcherQueueWait => "batcher_queue_wait",
             Stage::RaftCommit => "raft_commit",
+            Stage::Apply => "apply",
             Stage::WalAppend => "wal_append",
             Stage::Fsync => "fsync",
             Stage::Ack => "ack",
             Stage::ResponseWrite => "response_write",
         }
     }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A thread pool whose busy time is measured (seed 003: each pool's busy
+/// ratio tells which one is saturated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    /// The shard threads: Raft, apply and the WAL append.
+    Shards,
+    /// The syncer thread: fsync rounds.
+    Syncer,
 }
 
 /// Counters of the broker.
@@ -56,14 +82,29 @@ pub struct Counters {
     pub produce_bytes: AtomicU64,
     pub fetch_requests: AtomicU64,
     pub raft_entries: AtomicU64,
+    /// Client connections accepted, ever.
     pub connections: AtomicU64,
+    /// Client connections open now.
+    pub connections_open: AtomicI64,
+    /// Connections refused by the node or per-IP limits.
+    pub connections_refused: AtomicU64,
+    /// Request bytes read from clients (frames with their length prefix).
+    pub bytes_in: AtomicU64,
+    /// Response bytes written to clients.
+    pub bytes_out: AtomicU64,
     pub backpressure_timeouts: AtomicU64,
+    /// Times a connection stopped reading because the produce budget was
+    /// full (backpressure pauses).
+    pub backpressure_pauses: AtomicU64,
     /// Requests whose connection stopped reading until the node's request
     /// byte budget had room (`queued_max_request_bytes`).
     pub request_budget_waits: AtomicU64,
     /// Replicas that found damaged stored data (on read or by the scrubber)
     /// and stopped taking writes.
     pub damaged_replicas: AtomicU64,
+    /// Replicas stopped because their log or vote could not be written
+    /// (a full or failing disk); served again after a restart.
+    pub stopped_replicas: AtomicU64,
     /// Peer messages dropped: a full shard queue or transport lane, or a
     /// peer that is down (Raft resends).
     pub peer_drops: AtomicU64,
@@ -72,46 +113,55 @@ pub struct Counters {
     /// Fetch responses encoded by copying records because their splice
     /// markers were not found unambiguously (expected: 0).
     pub fetch_copy_fallbacks: AtomicU64,
+    /// Leadership changes seen by this node's replicas (role or leader).
+    pub leader_changes: AtomicU64,
+    /// WAL truncations to a new leader's log.
+    pub wal_truncations: AtomicU64,
     /// Most produce requests / bytes held unanswered at once (high-water
     /// marks of the backpressure budget).
     pub pending_requests_peak: AtomicU64,
     pub pending_bytes_peak: AtomicU64,
+    /// Nanoseconds the shard threads / the syncer spent working.
+    pub shard_busy_nanos: AtomicU64,
+    pub syncer_busy_nanos: AtomicU64,
 }
 
 /// The registry.
 #[derive(Debug)]
 pub struct Metrics {
-    stages: Vec<Mutex<Histogram<u64>>>,
+    stages: Vec<Hdr>,
+    /// Records / bytes of each Raft entry the batcher proposes.
+    pub batch_records: Hdr,
+    pub batch_bytes: Hdr,
+    pub requests: Requests,
     pub counters: Counters,
 }
 
-/// Largest value a histogram tracks: 60 s in microseconds.
+/// Largest value a stage histogram tracks: 60 s in microseconds.
 const MAX_MICROS: u64 = 60_000_000;
+/// Largest batch tracked: the batcher's own limits are far below.
+const MAX_BATCH_RECORDS: u64 = 100_000_000;
+const MAX_BATCH_BYTES: u64 = 1 << 32;
 
 pub fn metrics() -> &'static Metrics {
     static M: OnceLock<Metrics> = OnceLock::new();
     M.get_or_init(|| Metrics {
-        stages: STAGES
-            .iter()
-            .map(|_| {
-                Mutex::new(
-                    Histogram::new_with_bounds(1, MAX_MICROS, 3).unwrap_or_else(|_| {
-                        Histogram::new(3).expect("3 significant digits is valid")
-                    }),
-                )
-            })
-            .collect(),
+        stages: Stage::ALL.iter().map(|_| Hdr::new(MAX_MICROS)).collect(),
+        batch_records: Hdr::new(MAX_BATCH_RECORDS),
+        batch_bytes: Hdr::new(MAX_BATCH_BYTES),
+        requests: Requests::default(),
         counters: Counters::default(),
     })
 }
 
 impl Metrics {
     pub fn record(&self, stage: Stage, d: Duration) {
-        let us = (d.as_micros() as u64).clamp(1, MAX_MICROS);
-        let i = STAGES.iter().position(|s| *s == stage).unwrap_or(0);
-        if let Ok(mut h) = self.stages[i].lock() {
-            let _ = h.record(us);
-        }
+        self.stages[stage.index()].record(d.as_micros() as u64);
+    }
+
+    /// The histogram of `stage`, in microseconds.
+    pub fn stage(&self, stage: Stage) -> &Hdr {
+        &self.stages[stage.index()]
     }
 
     pub fn count(counter: &AtomicU64, n: u64) {
@@ -123,22 +173,23 @@ impl Metrics {
         gauge.fetch_max(value, Ordering::Relaxed);
     }
 
+    /// Adds time a pool's thread spent working.
+    pub fn busy(&self, pool: Pool, d: Duration) {
+        let c = match pool {
+            Pool::Shards => &self.counters.shard_busy_nanos,
+            Pool::Syncer => &self.counters.syncer_busy_nanos,
+        };
+        c.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
     /// One line per stage: count, p50, p99, p99.9, max in microseconds.
     pub fn summary(&self) -> String {
         let mut out = String::new();
-        for (i, stage) in STAGES.iter().enumerate() {
-            if let Ok(h) = self.stages[i].lock() {
-                if h.is_empty() {
-                    continue;
-                }
+        for stage in Stage::ALL {
+            if let Some([n, p50, p99, p999, max]) = self.stage(stage).quantiles() {
                 out.push_str(&format!(
-                    "{}: n={} p50={}us p99={}us p99.9={}us max={}us\n",
+                    "{}: n={n} p50={p50}us p99={p99}us p99.9={p999}us max={max}us\n",
                     stage.name(),
-                    h.len(),
-                    h.value_at_quantile(0.5),
-                    h.value_at_quantile(0.99),
-                    h.value_at_quantile(0.999),
-                    h.max()
                 ));
             }
         }
@@ -171,5 +222,12 @@ mod tests {
         m.record(Stage::WalAppend, Duration::from_micros(250));
         let s = m.summary();
         assert!(s.contains("wal_append: n="), "{s}");
+    }
+
+    #[test]
+    fn stage_indexes_follow_the_list() {
+        for (i, s) in Stage::ALL.iter().enumerate() {
+            assert_eq!(s.index(), i);
+        }
     }
 }
