@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::admission::Ticket;
+use super::api_versions;
 use super::dispatch::{self, PendingResponse};
 use super::frame::{read_body, read_len};
 use super::segmented::{Frame, write_frame};
@@ -63,11 +64,20 @@ impl Drop for OpenConnection {
     }
 }
 
-/// The API key and version at the front of a request frame, if known.
+/// The API key and version at the front of a request frame, if known; a
+/// version this node does not serve is -1 (metric labels stay bounded
+/// whatever a client sends).
 fn api_of(frame: &[u8]) -> Option<(ApiKey, i16)> {
     let key = ApiKey::try_from(i16::from_be_bytes([*frame.first()?, *frame.get(1)?])).ok()?;
     let version = i16::from_be_bytes([*frame.get(2)?, *frame.get(3)?]);
-    Some((key, version))
+    Some((
+        key,
+        if api_versions::serves(key, version) {
+            version
+        } else {
+            -1
+        },
+    ))
 }
 
 /// Serves a connection until the client closes it, it misbehaves, or the
@@ -214,5 +224,22 @@ async fn write_responses(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<InFlight>
         if let Some((key, version)) = request.api {
             m.requests.finished(key, version, request.read_at.elapsed());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_labels_take_only_served_versions() {
+        assert_eq!(api_of(&[0, 0, 0, 9, 1]), Some((ApiKey::Produce, 9)));
+        assert_eq!(
+            api_of(&[0, 18, 0x7f, 0xff]),
+            Some((ApiKey::ApiVersions, -1))
+        );
+        assert_eq!(api_of(&[0, 3, 0xff, 0xfe]), Some((ApiKey::Metadata, -1)));
+        assert_eq!(api_of(&[0x7f, 0x7f, 0, 0]), None);
+        assert_eq!(api_of(&[0, 0, 0]), None);
     }
 }
