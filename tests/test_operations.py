@@ -18,8 +18,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 import clients
 import harness
 import kwire
-from cluster_harness import HelixCluster
-from test_cluster import FAST, create_topic, wait_fully_in_sync
+# `cluster`: the module-scoped 3-node fixture of test_cluster (one per module).
+from test_cluster import cluster, create_topic, wait_fully_in_sync  # noqa: F401
 
 pytestmark = [pytest.mark.managed,
               pytest.mark.skipif(harness.external_bootstrap() is not None
@@ -143,15 +143,6 @@ def test_json_logs_are_one_object_per_line(tmp_path):
     events = [json.loads(line) for line in lines]
     assert any(e["fields"].get("message") == "helix-server is serving Kafka" for e in events)
     assert all({"timestamp", "level", "target", "fields"} <= e.keys() for e in events)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = HelixCluster(tmp_path_factory.mktemp("ops3"), 3, args=FAST).start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def wait_ready(node, timeout: float = 60.0) -> list[tuple[int, str]]:

@@ -710,78 +710,66 @@ impl Collector for Snapshot {
                     .map(|r| (r.labels.clone(), f(r)))
                     .collect()
             };
-            family(
-                e,
-                "partition_log_end_offset",
-                "Offset the next record appended gets",
-                None,
-                Gauge,
-                &rows(&|r| r.log_end_offset as f64),
-            )?;
-            family(
-                e,
-                "partition_high_watermark",
-                "Acknowledged end: what consumers may read",
-                None,
-                Gauge,
-                &rows(&|r| r.high_watermark as f64),
-            )?;
-            family(
-                e,
-                "partition_log_start_offset",
-                "First offset still stored",
-                None,
-                Gauge,
-                &rows(&|r| r.log_start_offset as f64),
-            )?;
-            family(
-                e,
-                "partition_size",
-                "Bytes of the partition's segment files",
-                Some(&Unit::Bytes),
-                Gauge,
-                &rows(&|r| r.size_bytes as f64),
-            )?;
-            family(
-                e,
-                "partition_leader",
-                "1 when this node leads the partition",
-                None,
-                Gauge,
-                &rows(&|r| f64::from(u8::from(r.leader))),
-            )?;
-            family(
-                e,
-                "partition_raft_term",
-                "Raft term (Kafka's leader epoch)",
-                None,
-                Gauge,
-                &rows(&|r| r.term as f64),
-            )?;
-            family(
-                e,
-                "partition_apply_lag_entries",
-                "Entries committed but not yet applied to the WAL",
-                None,
-                Gauge,
-                &rows(&|r| r.apply_lag as f64),
-            )?;
-            family(
-                e,
-                "partition_replication_lag_entries",
-                "Follower: entries its leader committed that are not yet durable here",
-                None,
-                Gauge,
-                &rows(&|r| r.replication_lag as f64),
-            )?;
-            family(
-                e,
-                "partition_caught_up",
-                "1 when the replica leads or has caught up with its leader",
-                None,
-                Gauge,
-                &rows(&|r| f64::from(u8::from(r.caught_up))),
-            )?;
+            type Read = fn(&ReplicaRow) -> f64;
+            let per_replica: [(&str, &str, Option<Unit>, Read); 9] = [
+                (
+                    "partition_log_end_offset",
+                    "Offset the next record appended gets",
+                    None,
+                    |r| r.log_end_offset as f64,
+                ),
+                (
+                    "partition_high_watermark",
+                    "Acknowledged end: what consumers may read",
+                    None,
+                    |r| r.high_watermark as f64,
+                ),
+                (
+                    "partition_log_start_offset",
+                    "First offset still stored",
+                    None,
+                    |r| r.log_start_offset as f64,
+                ),
+                (
+                    "partition_size",
+                    "Bytes of the partition's segment files",
+                    Some(Unit::Bytes),
+                    |r| r.size_bytes as f64,
+                ),
+                (
+                    "partition_leader",
+                    "1 when this node leads the partition",
+                    None,
+                    |r| f64::from(u8::from(r.leader)),
+                ),
+                (
+                    "partition_raft_term",
+                    "Raft term (Kafka's leader epoch)",
+                    None,
+                    |r| r.term as f64,
+                ),
+                (
+                    "partition_apply_lag_entries",
+                    "Entries committed but not yet applied to the WAL",
+                    None,
+                    |r| r.apply_lag as f64,
+                ),
+                (
+                    "partition_replication_lag_entries",
+                    "Follower: entries its leader committed that are not yet durable here",
+                    None,
+                    |r| r.replication_lag as f64,
+                ),
+                (
+                    "partition_caught_up",
+                    "1 when the replica leads or has caught up with its leader",
+                    None,
+                    |r| f64::from(u8::from(r.caught_up)),
+                ),
+            ];
+            for (name, help, unit, read) in per_replica {
+                family(e, name, help, unit.as_ref(), Gauge, &rows(&read))?;
+            }
             let led: Vec<(Labels, f64)> = self
                 .replicas
                 .iter()
@@ -880,71 +868,64 @@ impl Collector for Snapshot {
             &lag,
         )?;
         let p = &self.process;
-        let opt = |e: &mut DescriptorEncoder,
-                   name: &str,
-                   help: &str,
-                   unit: Option<&Unit>,
-                   kind: MetricType,
-                   v: Option<f64>| match v {
-            Some(v) => one_in(e, name, help, unit, kind, v),
-            None => Ok(()),
-        };
-        opt(
-            e,
-            "process_resident_memory",
-            "Resident memory (VmRSS), mapped log pages included",
-            Some(&Unit::Bytes),
-            Gauge,
-            p.rss_bytes.map(|v| v as f64),
-        )?;
-        opt(
-            e,
-            "process_anonymous_memory",
-            "Anonymous resident memory (RssAnon): heap and stacks",
-            Some(&Unit::Bytes),
-            Gauge,
-            p.rss_anon_bytes.map(|v| v as f64),
-        )?;
-        opt(
-            e,
-            "process_resident_memory_peak",
-            "Peak resident memory (VmHWM)",
-            Some(&Unit::Bytes),
-            Gauge,
-            p.rss_peak_bytes.map(|v| v as f64),
-        )?;
-        opt(
-            e,
-            "process_cpu",
-            "User and system CPU time",
-            Some(&Unit::Seconds),
-            Counter,
-            p.cpu.map(|d| d.as_secs_f64()),
-        )?;
-        opt(
-            e,
-            "process_open_fds",
-            "Open file descriptors",
-            None,
-            Gauge,
-            p.open_fds.map(|v| v as f64),
-        )?;
-        opt(
-            e,
-            "process_max_fds",
-            "Limit of open file descriptors",
-            None,
-            Gauge,
-            p.max_fds.map(|v| v as f64),
-        )?;
-        opt(
-            e,
-            "process_threads",
-            "Threads of the process",
-            None,
-            Gauge,
-            p.threads.map(|v| v as f64),
-        )?;
+        /// Name, help, unit, type and value (None: not readable here).
+        type Reading<'a> = (&'a str, &'a str, Option<Unit>, MetricType, Option<f64>);
+        let process: [Reading; 7] = [
+            (
+                "process_resident_memory",
+                "Resident memory (VmRSS), mapped log pages included",
+                Some(Unit::Bytes),
+                Gauge,
+                p.rss_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_anonymous_memory",
+                "Anonymous resident memory (RssAnon): heap and stacks",
+                Some(Unit::Bytes),
+                Gauge,
+                p.rss_anon_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_resident_memory_peak",
+                "Peak resident memory (VmHWM)",
+                Some(Unit::Bytes),
+                Gauge,
+                p.rss_peak_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_cpu",
+                "User and system CPU time",
+                Some(Unit::Seconds),
+                Counter,
+                p.cpu.map(|d| d.as_secs_f64()),
+            ),
+            (
+                "process_open_fds",
+                "Open file descriptors",
+                None,
+                Gauge,
+                p.open_fds.map(|v| v as f64),
+            ),
+            (
+                "process_max_fds",
+                "Limit of open file descriptors",
+                None,
+                Gauge,
+                p.max_fds.map(|v| v as f64),
+            ),
+            (
+                "process_threads",
+                "Threads of the process",
+                None,
+                Gauge,
+                p.threads.map(|v| v as f64),
+            ),
+        ];
+        for (name, help, unit, kind, v) in process {
+            if let Some(v) = v {
+                one_in(e, name, help, unit.as_ref(), kind, v)?;
+            }
+        }
         Ok(())
     }
 }
