@@ -7,7 +7,9 @@
 //! during recovery and `/ready` says why the node is not ready yet.
 
 mod ready;
+mod replicas;
 mod scrape;
+mod snapshot;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,7 +38,7 @@ pub struct Endpoint {
     broker: OnceLock<Weak<Broker>>,
     /// Busy time at the previous scrape (busy ratios are over the time
     /// since); one scrape renders at a time.
-    busy: Mutex<scrape::BusySample>,
+    busy: Mutex<snapshot::BusySample>,
 }
 
 impl Endpoint {

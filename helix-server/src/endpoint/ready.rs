@@ -43,7 +43,7 @@ pub fn check(broker: Option<&Arc<Broker>>) -> Readiness {
             replicas: 0,
         };
     };
-    let names = super::scrape::replica_names(broker);
+    let names = super::replicas::replica_names(broker);
     let replicas = broker.host.replicas();
     let mut behind: Vec<String> = replicas
         .iter()
