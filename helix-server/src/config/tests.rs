@@ -23,24 +23,27 @@ fn no_flags_gives_documented_defaults() {
     assert_eq!(c.backpressure_mode, BackpressureMode::Pause);
 }
 
-#[test]
-fn flags_override_the_toml_file() {
+/// Loads a TOML file holding `toml`, with `args` after `--config FILE`.
+fn load_with_file(toml: &str, args: &[&str]) -> crate::error::Result<Config> {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("helix.toml");
-    std::fs::write(
-        &path,
-        "node_id = 7\nlisten = \"127.0.0.1:19092\"\nwrite_durability = \"fsync\"\nbatch_linger_us = 500\nbackpressure_mode = \"throttle\"\n",
-    )
-    .expect("write toml");
-    let p = path.to_str().expect("utf8 path");
-    let c = Config::load(flags(&["--config", p, "--node-id", "3"])).expect("valid");
+    std::fs::write(&path, toml).expect("write toml");
+    let mut all = vec!["--config", path.to_str().expect("utf8 path")];
+    all.extend_from_slice(args);
+    Config::load(flags(&all))
+}
+
+#[test]
+fn flags_override_the_toml_file() {
+    let toml = "node_id = 7\nlisten = \"127.0.0.1:19092\"\nwrite_durability = \"fsync\"\nbatch_linger_us = 500\nbackpressure_mode = \"throttle\"\n";
+    let c = load_with_file(toml, &["--node-id", "3"]).expect("valid");
     assert_eq!(c.node_id, 3);
     assert_eq!(c.listen.port(), 19092);
     assert_eq!(c.advertised, "127.0.0.1:19092");
     assert_eq!(c.write_durability, WriteDurability::Fsync);
     assert_eq!(c.batch_linger, Duration::from_micros(500));
     assert_eq!(c.backpressure_mode, BackpressureMode::Throttle);
-    let c = Config::load(flags(&["--config", p, "--backpressure-mode", "pause"])).expect("valid");
+    let c = load_with_file(toml, &["--backpressure-mode", "pause"]).expect("valid");
     assert_eq!(c.backpressure_mode, BackpressureMode::Pause);
 }
 
@@ -83,37 +86,26 @@ fn connection_limits_come_from_flags_and_bad_overrides_are_refused() {
 
 #[test]
 fn unknown_toml_key_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("helix.toml");
-    std::fs::write(&path, "no_such_setting = 1\n").expect("write toml");
-    let p = path.to_str().expect("utf8 path");
-    assert!(Config::load(flags(&["--config", p])).is_err());
+    assert!(load_with_file("no_such_setting = 1\n", &[]).is_err());
 }
 
 #[test]
 fn group_settings_come_from_flags_and_toml() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("helix.toml");
-    std::fs::write(
-        &path,
+    let c = load_with_file(
         "group_coordinator_partitions = 8\noffsets_retention_minutes = 2\ngroup_max_size = 5\n",
+        &[
+            "--group-initial-rebalance-delay-ms",
+            "3000",
+            "--group-max-size",
+            "7",
+            "--group-min-session-timeout-ms",
+            "1000",
+            "--group-max-session-timeout-ms",
+            "60000",
+            "--group-snapshot-after-records",
+            "100",
+        ],
     )
-    .expect("write toml");
-    let p = path.to_str().expect("utf8 path");
-    let c = Config::load(flags(&[
-        "--config",
-        p,
-        "--group-initial-rebalance-delay-ms",
-        "3000",
-        "--group-max-size",
-        "7",
-        "--group-min-session-timeout-ms",
-        "1000",
-        "--group-max-session-timeout-ms",
-        "60000",
-        "--group-snapshot-after-records",
-        "100",
-    ]))
     .expect("valid");
     assert_eq!(c.groups.coordinator_partitions, 8);
     assert_eq!(c.groups.offsets_retention_ms, 120_000);
