@@ -246,6 +246,11 @@ def test_status_shows_nodes_partitions_isr_and_group_lag(cluster):
     assert g["state"] == "Empty"
 
     # Every series the Grafana dashboard queries is one the nodes export.
+    # An error counter has series only once an error was answered: answer
+    # one (a partition the topic does not have) so its panel has data.
+    batch = kwire.record_batch([kwire.Record(key=None, value=b"v")])
+    with kwire.Conn("127.0.0.1", cluster.node(1).kafka_port) as conn:
+        assert conn.produce(topic, {99: batch})[99][0] == 3
     exported = {name for n in cluster.nodes for (name, _) in scrape(n.metrics_port)}
     dashboard = json.loads((harness.REPO / "docs" / "grafana" / "helix-dashboard.json").read_text())
     queried = {m for p in dashboard["panels"] for t in p["targets"]
