@@ -271,7 +271,7 @@ mod tests {
 
     fn pending(bp: &Backpressure, size_hint: &[u8]) -> PendingProduce {
         let b = make_batch(&[size_hint], -1, -1, 0);
-        let batches = validate(&b, 1 << 20)
+        let batches = validate(&b, 1 << 20, None)
             .expect("valid")
             .into_iter()
             .map(|v| v.bytes)

@@ -45,6 +45,10 @@ pub enum HelixError {
     MessageTooLarge(usize, i32),
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    #[error(
+        "record timestamp {0} is outside the topic's message.timestamp.before/after.max.ms bounds"
+    )]
+    InvalidTimestamp(i64),
     #[error("duplicate sequence number")]
     DuplicateSequence,
     #[error("out of order sequence number: expected {expected}, got {got}")]
@@ -126,6 +130,7 @@ impl HelixError {
             HelixError::CorruptBatch(_) => ResponseError::CorruptMessage,
             HelixError::MessageTooLarge(..) => ResponseError::MessageTooLarge,
             HelixError::InvalidRecord(_) => ResponseError::InvalidRecord,
+            HelixError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
             HelixError::DuplicateSequence => ResponseError::DuplicateSequenceNumber,
             HelixError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             HelixError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,

@@ -154,6 +154,11 @@ impl ReplicaFactory {
             segment_bytes: u64::try_from(effective.segment_bytes)
                 .unwrap_or(1 << 30)
                 .clamp(14, helix_wal::MAX_SEGMENT_BYTES),
+            segment_ms: u64::try_from(effective.segment_ms).ok(),
+            // Kafka's 0 indexes every batch; the WAL's 1 does the same.
+            index_interval_bytes: u64::try_from(effective.index_interval_bytes)
+                .unwrap_or(4096)
+                .max(1),
             retention_bytes: u64::try_from(effective.retention_bytes).ok(),
             retention_ms: u64::try_from(effective.retention_ms).ok(),
             durability: self.durability(),
@@ -380,10 +385,12 @@ impl TopicTable {
                 Opened::Refused(why) => partitions[index as usize].refused = Some(why),
             }
         }
+        // Every field the partition log's settings come from.
         let log_settings_changed = old.as_ref().is_some_and(|o| {
-            o.effective.retention_ms != effective.retention_ms
-                || o.effective.retention_bytes != effective.retention_bytes
-                || o.effective.segment_bytes != effective.segment_bytes
+            let (a, b) = (&o.effective, &effective);
+            (a.retention_ms, a.retention_bytes, a.segment_bytes)
+                != (b.retention_ms, b.retention_bytes, b.segment_bytes)
+                || (a.segment_ms, a.index_interval_bytes) != (b.segment_ms, b.index_interval_bytes)
         });
         let topic = Arc::new(Topic {
             name: name.to_string(),

@@ -34,6 +34,7 @@ const RECORD_COUNT: usize = 57;
 const ATTR_COMPRESSION_MASK: i16 = 0x07;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
+const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 
 /// Why a byte range is not a well-formed v2 batch.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -180,6 +181,13 @@ impl BatchHeader {
         self.attributes & ATTR_CONTROL != 0
     }
 
+    /// The records carry the broker's append time (every record's
+    /// timestamp is `max_timestamp`), not the producer's.
+    #[must_use]
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & ATTR_LOG_APPEND_TIME != 0
+    }
+
     /// Sequence number of the batch's last record (wrapping as Kafka does);
     /// a negative base sequence (no idempotence) is returned as is.
     pub fn last_sequence(&self) -> i32 {
@@ -224,6 +232,21 @@ pub fn patch_batch_header(
     }
     batch[BASE_OFFSET..BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
     batch[LEADER_EPOCH..LEADER_EPOCH + 4].copy_from_slice(&partition_leader_epoch.to_be_bytes());
+    Ok(())
+}
+
+/// Marks the whole batch `batch` as carrying the broker's append time and
+/// sets its `maxTimestamp` to `append_time_ms` (Kafka's LogAppendTime;
+/// `firstTimestamp` and the records stay as sent). Both fields are under the
+/// CRC, which is computed again.
+pub fn set_log_append_time(batch: &mut [u8], append_time_ms: i64) -> Result<(), BatchError> {
+    let h = BatchHeader::parse_checked(batch)?;
+    let batch = &mut batch[..h.total_len()];
+    let attributes = h.attributes | ATTR_LOG_APPEND_TIME;
+    batch[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&append_time_ms.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(())
 }
 

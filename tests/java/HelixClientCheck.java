@@ -97,6 +97,15 @@ public final class HelixClientCheck {
       ConfigEntry mmb = altered.get("max.message.bytes");
       check(mmb.source() != ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG && !"300000".equals(mmb.value()),
           "deleted max.message.bytes still set: " + mmb);
+      // Each config carries Kafka's type, as Kafka describes it.
+      Map<String, ConfigEntry.ConfigType> types = Map.of(
+          "cleanup.policy", ConfigEntry.ConfigType.LIST, "preallocate", ConfigEntry.ConfigType.BOOLEAN,
+          "min.cleanable.dirty.ratio", ConfigEntry.ConfigType.DOUBLE, "segment.bytes", ConfigEntry.ConfigType.INT,
+          "retention.ms", ConfigEntry.ConfigType.LONG, "message.timestamp.type", ConfigEntry.ConfigType.STRING);
+      for (Map.Entry<String, ConfigEntry.ConfigType> t : types.entrySet()) {
+        ConfigEntry e = altered.get(t.getKey());
+        check(e != null && e.type() == t.getValue(), "config type of " + t.getKey() + ": " + e);
+      }
 
       admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(PARTITIONS)))
           .all().get(TIMEOUT_S, TimeUnit.SECONDS);

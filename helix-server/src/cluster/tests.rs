@@ -207,7 +207,7 @@ async fn produce(b: &Broker, topic: &str, p: i32, values: &[&[u8]]) -> Result<i6
     let t = b.topic(topic).ok_or(HelixError::UnknownTopicOrPartition)?;
     let part = t.local(p)?.clone();
     part.check_leader(-1)?;
-    let batches: Vec<Bytes> = crate::partition::batch::validate(&batch, i32::MAX)?
+    let batches: Vec<Bytes> = crate::partition::batch::validate(&batch, i32::MAX, None)?
         .into_iter()
         .map(|v| v.bytes)
         .collect();

@@ -18,125 +18,247 @@ pub enum ConfigSource {
     Default = 5,
 }
 
-/// A topic setting Helix understands.
+/// A topic config Kafka defines, and how Helix treats it.
 #[derive(Debug, Clone, Copy)]
 pub struct ConfigDef {
     pub name: &'static str,
     pub kind: ConfigKind,
+    /// Kafka 3.9's default, what DescribeConfigs shows when nothing sets it.
+    pub kafka_default: &'static str,
+    /// Kafka's `config_type` code (DescribeConfigs v3+).
+    pub config_type: ConfigType,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigKind {
-    /// A number with an inclusive minimum.
+    /// Applied: a number with an inclusive minimum.
     Long { min: i64 },
-    /// One of a fixed set of words.
+    /// Applied: one of the words Helix supports.
     Choice(&'static [&'static str]),
+    /// Known to Kafka, not applied by Helix: only Kafka's default value is
+    /// accepted, so a topic never claims a behaviour it does not have.
+    KafkaDefaultOnly,
 }
 
-/// Every topic setting Helix accepts. Each one takes effect: retention in
-/// the retention sweep, max.message.bytes in produce validation,
-/// segment.bytes is recorded for the WAL's segment rolling;
-/// min.insync.replicas is accepted up to the majority of the replicas, which
-/// Raft's acknowledgement rule always meets (ADR 0014).
+/// Kafka's `config_type` codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Long = 5,
+    Double = 6,
+    List = 7,
+}
+
+const fn def(
+    name: &'static str,
+    kind: ConfigKind,
+    kafka_default: &'static str,
+    config_type: ConfigType,
+) -> ConfigDef {
+    ConfigDef {
+        name,
+        kind,
+        kafka_default,
+        config_type,
+    }
+}
+
+use ConfigKind::{Choice, KafkaDefaultOnly as Fixed, Long};
+use ConfigType as T;
+
+const LONG_MAX: &str = "9223372036854775807";
+
+/// Every topic config of Kafka 3.9, sorted by name (the order
+/// DescribeConfigs answers in). The applied ones take effect: retention in
+/// the retention sweep; segment.bytes, segment.ms and index.interval.bytes
+/// in the WAL's segments; max.message.bytes, message.timestamp.type and the
+/// timestamp bounds on produce; min.insync.replicas up to the majority of
+/// the replicas, which Raft's acknowledgement rule always meets (ADR 0014).
+/// docs/configuration.md has the table.
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
-    ConfigDef {
-        name: "cleanup.policy",
-        kind: ConfigKind::Choice(&["delete"]),
-    },
-    ConfigDef {
-        name: "max.message.bytes",
-        kind: ConfigKind::Long { min: 0 },
-    },
-    ConfigDef {
-        name: "message.timestamp.type",
-        kind: ConfigKind::Choice(&["CreateTime"]),
-    },
-    ConfigDef {
-        name: "retention.bytes",
-        kind: ConfigKind::Long { min: -1 },
-    },
-    ConfigDef {
-        name: "retention.ms",
-        kind: ConfigKind::Long { min: -1 },
-    },
-    ConfigDef {
-        name: "segment.bytes",
-        kind: ConfigKind::Long { min: 14 },
-    },
-    ConfigDef {
-        name: "min.insync.replicas",
-        kind: ConfigKind::Long { min: 1 },
-    },
-    ConfigDef {
-        name: "compression.type",
-        kind: ConfigKind::Choice(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
-    },
+    def("cleanup.policy", Choice(&["delete"]), "delete", T::List),
+    def("compression.gzip.level", Fixed, "-1", T::Int),
+    def("compression.lz4.level", Fixed, "9", T::Int),
+    def("compression.type", Fixed, "producer", T::String),
+    def("compression.zstd.level", Fixed, "3", T::Int),
+    def("delete.retention.ms", Fixed, "86400000", T::Long),
+    def("file.delete.delay.ms", Fixed, "60000", T::Long),
+    def("flush.messages", Fixed, LONG_MAX, T::Long),
+    def("flush.ms", Fixed, LONG_MAX, T::Long),
+    def(
+        "follower.replication.throttled.replicas",
+        Fixed,
+        "",
+        T::List,
+    ),
+    def("index.interval.bytes", Long { min: 0 }, "4096", T::Int),
+    def("leader.replication.throttled.replicas", Fixed, "", T::List),
+    def("local.retention.bytes", Fixed, "-2", T::Long),
+    def("local.retention.ms", Fixed, "-2", T::Long),
+    def("max.compaction.lag.ms", Fixed, LONG_MAX, T::Long),
+    def("max.message.bytes", Long { min: 0 }, "1048588", T::Int),
+    def("message.downconversion.enable", Fixed, "true", T::Boolean),
+    def("message.format.version", Fixed, "3.0-IV1", T::String),
+    def(
+        "message.timestamp.after.max.ms",
+        Long { min: 0 },
+        LONG_MAX,
+        T::Long,
+    ),
+    def(
+        "message.timestamp.before.max.ms",
+        Long { min: 0 },
+        LONG_MAX,
+        T::Long,
+    ),
+    def(
+        "message.timestamp.difference.max.ms",
+        Fixed,
+        LONG_MAX,
+        T::Long,
+    ),
+    def(
+        "message.timestamp.type",
+        Choice(&["CreateTime", "LogAppendTime"]),
+        "CreateTime",
+        T::String,
+    ),
+    def("min.cleanable.dirty.ratio", Fixed, "0.5", T::Double),
+    def("min.compaction.lag.ms", Fixed, "0", T::Long),
+    def("min.insync.replicas", Long { min: 1 }, "1", T::Int),
+    def("preallocate", Fixed, "false", T::Boolean),
+    def("remote.log.copy.disable", Fixed, "false", T::Boolean),
+    def("remote.log.delete.on.disable", Fixed, "false", T::Boolean),
+    def("remote.storage.enable", Fixed, "false", T::Boolean),
+    def("retention.bytes", Long { min: -1 }, "-1", T::Long),
+    def("retention.ms", Long { min: -1 }, "604800000", T::Long),
+    def("segment.bytes", Long { min: 14 }, "1073741824", T::Int),
+    def("segment.index.bytes", Fixed, "10485760", T::Int),
+    def("segment.jitter.ms", Fixed, "0", T::Long),
+    def("segment.ms", Long { min: 1 }, "604800000", T::Long),
+    def("unclean.leader.election.enable", Fixed, "false", T::Boolean),
 ];
 
-/// The default value of a setting for a topic of `replication_factor`, and
-/// where it comes from.
+/// The definition of `name`, if Kafka has such a topic config.
+pub fn find(name: &str) -> Option<&'static ConfigDef> {
+    TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// The value of a setting for a topic of `replication_factor` when the
+/// topic does not set it, and where it comes from: the broker's setting
+/// where Helix has one (a source of "broker" when it differs from Kafka's
+/// default), Kafka's default otherwise.
 pub fn default_value(
-    name: &str,
+    def: &ConfigDef,
     broker: &Config,
     replication_factor: usize,
-) -> Option<(String, ConfigSource)> {
-    let v = match name {
+) -> (String, ConfigSource) {
+    let from_broker = |value: String| {
+        let source = if value == def.kafka_default {
+            ConfigSource::Default
+        } else {
+            ConfigSource::StaticBroker
+        };
+        (value, source)
+    };
+    match def.name {
         // What acks=all waits for: a majority of the replicas (ADR 0014).
         "min.insync.replicas" => (
             majority(replication_factor).to_string(),
             ConfigSource::Default,
         ),
-        "cleanup.policy" => ("delete".to_string(), ConfigSource::Default),
-        "max.message.bytes" => (
-            broker.max_message_bytes.to_string(),
-            ConfigSource::StaticBroker,
-        ),
-        "message.timestamp.type" => ("CreateTime".to_string(), ConfigSource::Default),
-        "retention.bytes" => (
-            broker.retention_bytes.to_string(),
-            ConfigSource::StaticBroker,
-        ),
-        "retention.ms" => (broker.retention_ms.to_string(), ConfigSource::StaticBroker),
-        "segment.bytes" => ((1i64 << 30).to_string(), ConfigSource::Default),
-        "compression.type" => ("producer".to_string(), ConfigSource::Default),
-        _ => return None,
-    };
-    Some(v)
+        "max.message.bytes" => from_broker(broker.max_message_bytes.to_string()),
+        "retention.bytes" => from_broker(broker.retention_bytes.to_string()),
+        "retention.ms" => from_broker(broker.retention_ms.to_string()),
+        _ => (def.kafka_default.to_string(), ConfigSource::Default),
+    }
+}
+
+/// Every topic config with its value for a topic of `replication_factor`
+/// whose overrides are `configs`, and the value's source (what
+/// DescribeConfigs and CreateTopics v5+ answer).
+pub fn describe<'a>(
+    configs: &'a BTreeMap<String, String>,
+    broker: &'a Config,
+    replication_factor: usize,
+) -> impl Iterator<Item = (&'static ConfigDef, String, ConfigSource)> + 'a {
+    TOPIC_CONFIGS.iter().map(move |d| {
+        let (value, source) = match configs.get(d.name) {
+            Some(v) => (v.clone(), ConfigSource::DynamicTopic),
+            None => default_value(d, broker, replication_factor),
+        };
+        (d, value, source)
+    })
 }
 
 /// Checks a name and value; returns the value normalised.
 pub fn validate(name: &str, value: &str) -> Result<String> {
-    let def = TOPIC_CONFIGS
-        .iter()
-        .find(|d| d.name == name)
-        .ok_or_else(|| HelixError::InvalidConfig(format!("unknown topic config {name}")))?;
+    let def = find(name).ok_or_else(|| {
+        HelixError::InvalidConfig(format!(
+            "unknown topic config {name}: Kafka has no topic config of that name"
+        ))
+    })?;
+    let v = value.trim();
     match def.kind {
         ConfigKind::Long { min } => {
-            let v: i64 = value.trim().parse().map_err(|_| {
+            let n: i64 = v.parse().map_err(|_| {
                 HelixError::InvalidConfig(format!("{name}: {value:?} is not a number"))
             })?;
-            if v < min {
+            if n < min {
                 return Err(HelixError::InvalidConfig(format!(
-                    "{name}: {v} is below {min}"
+                    "{name}: {n} is below {min}"
                 )));
             }
-            if name == "max.message.bytes" && v > i64::from(i32::MAX) {
+            if def.config_type == ConfigType::Int && n > i64::from(i32::MAX) {
                 return Err(HelixError::InvalidConfig(format!(
-                    "{name}: {v} is too large"
+                    "{name}: {n} is too large"
                 )));
             }
-            Ok(v.to_string())
+            Ok(n.to_string())
         }
         ConfigKind::Choice(words) => {
-            let v = value.trim();
             if words.contains(&v) {
                 Ok(v.to_string())
             } else {
                 Err(HelixError::InvalidConfig(format!(
-                    "{name}: {v:?} is not one of {words:?}"
+                    "{name}: Helix does not support {v:?} (supported: {})",
+                    words.join(", ")
                 )))
             }
         }
+        ConfigKind::KafkaDefaultOnly => {
+            if same_value(def, v) {
+                Ok(def.kafka_default.to_string())
+            } else {
+                Err(HelixError::InvalidConfig(format!(
+                    "{name}: Helix does not support {v:?}; it accepts only Kafka's default {:?}",
+                    def.kafka_default
+                )))
+            }
+        }
+    }
+}
+
+/// Whether `value` means Kafka's default of `def`, compared as its type.
+fn same_value(def: &ConfigDef, value: &str) -> bool {
+    let default = def.kafka_default;
+    match def.config_type {
+        ConfigType::Boolean => value.eq_ignore_ascii_case(default),
+        ConfigType::Int | ConfigType::Long => value.parse::<i64>().ok() == default.parse().ok(),
+        ConfigType::Double => value.parse::<f64>().ok() == default.parse().ok(),
+        ConfigType::List => {
+            let items = |s: &str| -> Vec<String> {
+                s.split(',')
+                    .map(str::trim)
+                    .filter(|i| !i.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            };
+            items(value) == items(default)
+        }
+        ConfigType::String => value == default,
     }
 }
 
@@ -186,23 +308,50 @@ pub struct EffectiveConfig {
     pub retention_ms: i64,
     pub retention_bytes: i64,
     pub segment_bytes: i64,
+    pub segment_ms: i64,
+    pub index_interval_bytes: i64,
+    /// message.timestamp.type=LogAppendTime: the leader stamps its clock
+    /// into every batch it accepts.
+    pub log_append_time: bool,
+    /// message.timestamp.before.max.ms (CreateTime topics only).
+    pub timestamp_before_max_ms: i64,
+    /// message.timestamp.after.max.ms (CreateTime topics only).
+    pub timestamp_after_max_ms: i64,
 }
 
 impl EffectiveConfig {
     pub fn resolve(overrides: &BTreeMap<String, String>, broker: &Config) -> EffectiveConfig {
-        let long = |name: &str, default: i64| {
-            overrides
-                .get(name)
-                .and_then(|v| v.parse::<i64>().ok())
-                .unwrap_or(default)
+        let value = |name: &str| -> String {
+            overrides.get(name).cloned().unwrap_or_else(|| {
+                find(name).map_or_else(String::new, |d| default_value(d, broker, 1).0)
+            })
         };
+        let long = |name: &str| value(name).parse::<i64>().unwrap_or(i64::MAX);
         EffectiveConfig {
-            max_message_bytes: long("max.message.bytes", i64::from(broker.max_message_bytes))
-                .clamp(0, i64::from(i32::MAX)) as i32,
-            retention_ms: long("retention.ms", broker.retention_ms),
-            retention_bytes: long("retention.bytes", broker.retention_bytes),
-            segment_bytes: long("segment.bytes", 1 << 30),
+            max_message_bytes: long("max.message.bytes").clamp(0, i64::from(i32::MAX)) as i32,
+            retention_ms: long("retention.ms"),
+            retention_bytes: long("retention.bytes"),
+            segment_bytes: long("segment.bytes"),
+            segment_ms: long("segment.ms"),
+            index_interval_bytes: long("index.interval.bytes"),
+            log_append_time: value("message.timestamp.type") == "LogAppendTime",
+            timestamp_before_max_ms: long("message.timestamp.before.max.ms"),
+            timestamp_after_max_ms: long("message.timestamp.after.max.ms"),
         }
+    }
+
+    /// The record timestamps a produce at `now_ms` may carry, inclusive;
+    /// None when any is accepted (LogAppendTime overwrites them).
+    pub fn timestamp_bounds(&self, now_ms: i64) -> Option<(i64, i64)> {
+        let unbounded =
+            self.timestamp_before_max_ms == i64::MAX && self.timestamp_after_max_ms == i64::MAX;
+        if self.log_append_time || unbounded {
+            return None;
+        }
+        Some((
+            now_ms.saturating_sub(self.timestamp_before_max_ms),
+            now_ms.saturating_add(self.timestamp_after_max_ms),
+        ))
     }
 }
 
@@ -218,6 +367,11 @@ mod tests {
         assert!(validate("cleanup.policy", "compact").is_err());
         assert!(validate("no.such.config", "1").is_err());
         assert!(validate("min.insync.replicas", "0").is_err());
+        assert!(validate("segment.bytes", "4294967296").is_err(), "an int");
+        assert_eq!(
+            validate("message.timestamp.type", "LogAppendTime").expect("valid"),
+            "LogAppendTime"
+        );
         let min = |v: &str| BTreeMap::from([("min.insync.replicas".to_string(), v.to_string())]);
         assert!(check_replication(&min("2"), 3).is_ok());
         assert!(
@@ -230,6 +384,47 @@ mod tests {
     }
 
     #[test]
+    fn configs_helix_does_not_apply_take_only_kafkas_default() {
+        for d in TOPIC_CONFIGS
+            .iter()
+            .filter(|d| d.kind == ConfigKind::KafkaDefaultOnly)
+        {
+            assert_eq!(
+                validate(d.name, d.kafka_default).expect("Kafka's default"),
+                d.kafka_default
+            );
+            let other = match d.config_type {
+                ConfigType::Boolean if d.kafka_default == "true" => "false",
+                ConfigType::Boolean => "true",
+                ConfigType::List => "0:1",
+                ConfigType::String => "something-else",
+                _ => "7",
+            };
+            let err = validate(d.name, other).expect_err(d.name).to_string();
+            assert!(err.contains("Helix does not support"), "{err}");
+        }
+        assert_eq!(validate("preallocate", "FALSE").expect("same"), "false");
+        assert_eq!(
+            validate("flush.ms", " 9223372036854775807").expect("same"),
+            "9223372036854775807"
+        );
+        assert_eq!(
+            validate("min.cleanable.dirty.ratio", "0.50").expect("same"),
+            "0.5"
+        );
+        assert!(validate("compression.type", "gzip").is_err());
+    }
+
+    #[test]
+    fn the_table_is_sorted_and_every_default_validates() {
+        assert!(TOPIC_CONFIGS.windows(2).all(|w| w[0].name < w[1].name));
+        assert_eq!(TOPIC_CONFIGS.len(), 36, "Kafka 3.9's topic configs");
+        for d in TOPIC_CONFIGS {
+            assert!(validate(d.name, d.kafka_default).is_ok(), "{}", d.name);
+        }
+    }
+
+    #[test]
     fn overrides_take_effect_over_broker_defaults() {
         let broker = Config::default();
         let mut o = BTreeMap::new();
@@ -237,5 +432,42 @@ mod tests {
         let e = EffectiveConfig::resolve(&o, &broker);
         assert_eq!(e.max_message_bytes, 2048);
         assert_eq!(e.retention_ms, broker.retention_ms);
+        assert_eq!(e.segment_ms, 604_800_000);
+        assert!(!e.log_append_time);
+        assert_eq!(e.timestamp_bounds(1_000), None);
+        o.insert(
+            "message.timestamp.before.max.ms".to_string(),
+            "100".to_string(),
+        );
+        let e = EffectiveConfig::resolve(&o, &broker);
+        assert_eq!(e.timestamp_bounds(1_000), Some((900, i64::MAX)));
+        o.insert(
+            "message.timestamp.type".to_string(),
+            "LogAppendTime".to_string(),
+        );
+        let e = EffectiveConfig::resolve(&o, &broker);
+        assert!(e.log_append_time);
+        assert_eq!(
+            e.timestamp_bounds(1_000),
+            None,
+            "the broker's clock is used"
+        );
+    }
+
+    #[test]
+    fn a_broker_setting_is_the_source_only_where_it_differs_from_kafka() {
+        let mut broker = Config::default();
+        let def = find("retention.ms").expect("known");
+        assert_eq!(
+            default_value(def, &broker, 3),
+            ("604800000".to_string(), ConfigSource::Default)
+        );
+        broker.retention_ms = 1000;
+        assert_eq!(
+            default_value(def, &broker, 3),
+            ("1000".to_string(), ConfigSource::StaticBroker)
+        );
+        let min = find("min.insync.replicas").expect("known");
+        assert_eq!(default_value(min, &broker, 3).0, "2");
     }
 }

@@ -15,17 +15,17 @@ use kafka_protocol::messages::{
 
 use super::wire_str;
 use crate::broker::Broker;
-use crate::controller::topic_config::{ConfigSource, TOPIC_CONFIGS, default_value};
+use crate::controller::topic_config::{self, ConfigSource, ConfigType};
 use crate::error::HelixError;
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 
 /// Kafka's config_type codes used by DescribeConfigs v3+.
-const TYPE_STRING: i8 = 2;
-const TYPE_INT: i8 = 3;
-const TYPE_LONG: i8 = 5;
-const TYPE_LIST: i8 = 7;
+const TYPE_STRING: i8 = ConfigType::String as i8;
+const TYPE_INT: i8 = ConfigType::Int as i8;
+const TYPE_LONG: i8 = ConfigType::Long as i8;
+const TYPE_LIST: i8 = ConfigType::List as i8;
 
 pub fn describe(
     broker: &Arc<Broker>,
@@ -76,22 +76,19 @@ fn topic_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, HelixError> 
     let topic = broker
         .topic(name)
         .ok_or(HelixError::UnknownTopicOrPartition)?;
-    Ok(TOPIC_CONFIGS
-        .iter()
-        .filter_map(|d| {
-            let (value, source) = match topic.configs.get(d.name) {
-                Some(v) => (v.clone(), ConfigSource::DynamicTopic),
-                None => default_value(d.name, &broker.config, topic.replication_factor())?,
-            };
-            let t = match d.name {
-                "cleanup.policy" => TYPE_LIST,
-                "max.message.bytes" | "segment.bytes" | "min.insync.replicas" => TYPE_INT,
-                "retention.ms" | "retention.bytes" => TYPE_LONG,
-                _ => TYPE_STRING,
-            };
-            Some((d.name.to_string(), value, source, false, t))
-        })
-        .collect())
+    Ok(
+        topic_config::describe(&topic.configs, &broker.config, topic.replication_factor())
+            .map(|(d, value, source)| {
+                (
+                    d.name.to_string(),
+                    value,
+                    source,
+                    false,
+                    d.config_type as i8,
+                )
+            })
+            .collect(),
+    )
 }
 
 fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, HelixError> {

@@ -21,10 +21,11 @@ use super::wire_str;
 use crate::batcher::{PendingProduce, ProduceOutcome};
 use crate::broker::Broker;
 use crate::config::BackpressureMode;
+use crate::controller::topic_config::EffectiveConfig;
 use crate::error::{HelixError, code};
 use crate::metrics::{Metrics, metrics};
 use crate::partition::batch;
-use crate::topics::replica;
+use crate::topics::{now_ms, replica};
 
 /// The shortest time a produce request waits for room or an answer, so a
 /// tiny client timeout does not turn a short queue into errors.
@@ -41,6 +42,33 @@ fn one_batch(
             "Produce v{version} carries exactly one record batch per partition, not {}",
             batches.len()
         )));
+    }
+    Ok(batches)
+}
+
+/// `log_append_time_ms` of a topic whose records keep the producer's time.
+const NO_APPEND_TIME: i64 = -1;
+
+/// Checks one partition's records against the topic's rules (size, record
+/// timestamps, one batch from v3 on) and, for a LogAppendTime topic, stamps
+/// this broker's time into each batch and notes it in `append_time`.
+fn accept(
+    records: &bytes::Bytes,
+    topic: &EffectiveConfig,
+    version: i16,
+    append_time: &mut i64,
+) -> Result<Vec<batch::ValidBatch>, HelixError> {
+    let now = now_ms();
+    let bounds = topic.timestamp_bounds(now);
+    let mut batches = one_batch(
+        batch::validate(records, topic.max_message_bytes, bounds)?,
+        version,
+    )?;
+    if topic.log_append_time {
+        for b in &mut batches {
+            b.bytes = batch::stamp_log_append_time(&b.bytes, now)?;
+        }
+        *append_time = now;
     }
     Ok(batches)
 }
@@ -74,6 +102,7 @@ pub async fn enqueue(
         };
         let mut slots = Vec::with_capacity(td.partition_data.len());
         for pd in td.partition_data {
+            let mut append_time = NO_APPEND_TIME;
             let slot = if req.transactional_id.is_some() {
                 Slot::Done(Err(HelixError::TransactionsUnsupported))
             } else {
@@ -82,15 +111,18 @@ pub async fn enqueue(
                 {
                     Err(e) => Slot::Done(Err(e)),
                     Ok(p) => {
-                        // A replica was found, so the topic was.
-                        let max = topic.as_ref().map_or(0, |t| t.effective.max_message_bytes);
                         let records = pd.records.unwrap_or_default();
                         let valid = if version >= 3 && records.is_empty() {
                             Err(HelixError::InvalidRecord(format!(
                                 "Produce v{version} carries exactly one record batch per partition, not 0"
                             )))
                         } else {
-                            batch::validate(&records, max).and_then(|b| one_batch(b, version))
+                            // A replica was found, so the topic was.
+                            topic
+                                .as_ref()
+                                .map_or(Err(HelixError::UnknownTopicOrPartition), |t| {
+                                    accept(&records, &t.effective, version, &mut append_time)
+                                })
                         };
                         match valid {
                             Err(e) => Slot::Done(Err(e)),
@@ -135,7 +167,7 @@ pub async fn enqueue(
                     }
                 }
             };
-            slots.push((pd.index, slot));
+            slots.push((pd.index, slot, append_time));
         }
         topics.push((td.name, td.topic_id, slots));
     }
@@ -144,7 +176,7 @@ pub async fn enqueue(
             // Nobody reads an acks=0 answer: as Kafka does, a failed
             // partition closes the connection so the client notices.
             for (_, _, slots) in &topics {
-                for (index, slot) in slots {
+                for (index, slot, _) in slots {
                     if let Slot::Done(Err(e)) = slot {
                         return Err(HelixError::InvalidRequest(format!(
                             "acks=0 produce to partition {index} failed: {e}"
@@ -162,11 +194,11 @@ pub async fn enqueue(
             let mut t = TopicProduceResponse::default();
             t.name = name;
             t.topic_id = topic_id;
-            for (index, slot) in slots {
+            for (index, slot, append_time) in slots {
                 let mut r = PartitionProduceResponse::default();
                 r.index = index;
                 r.base_offset = -1;
-                r.log_append_time_ms = -1;
+                r.log_append_time_ms = NO_APPEND_TIME;
                 r.log_start_offset = -1;
                 let outcome = match slot {
                     Slot::Done(Ok(())) => Ok(None),
@@ -184,6 +216,7 @@ pub async fn enqueue(
                     Ok(Some(ack)) => {
                         r.base_offset = ack.base_offset;
                         r.log_start_offset = ack.log_start_offset;
+                        r.log_append_time_ms = append_time;
                         if ack.duplicate {
                             r.error_code = code(ResponseError::DuplicateSequenceNumber);
                         }

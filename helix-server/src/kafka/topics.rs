@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 
 use super::{wire_str, wire_topic};
 use crate::broker::{Broker, NewTopic};
-use crate::controller::topic_config::{self, TOPIC_CONFIGS};
+use crate::controller::topic_config;
 use crate::error::HelixError;
 
 pub async fn create_topics(
@@ -37,26 +37,19 @@ pub async fn create_topics(
                 r.replication_factor = topic.replication_factor;
                 if version >= 5 {
                     r.configs = Some(
-                        TOPIC_CONFIGS
-                            .iter()
-                            .filter_map(|d| {
-                                let (value, source) = match topic.configs.get(d.name) {
-                                    Some(v) => {
-                                        (v.clone(), topic_config::ConfigSource::DynamicTopic)
-                                    }
-                                    None => topic_config::default_value(
-                                        d.name,
-                                        &broker.config,
-                                        topic.replication_factor as usize,
-                                    )?,
-                                };
-                                let mut c = CreatableTopicConfigs::default();
-                                c.name = wire_str(d.name);
-                                c.value = Some(wire_str(&value));
-                                c.config_source = source as i8;
-                                Some(c)
-                            })
-                            .collect(),
+                        topic_config::describe(
+                            &topic.configs,
+                            &broker.config,
+                            topic.replication_factor as usize,
+                        )
+                        .map(|(d, value, source)| {
+                            let mut c = CreatableTopicConfigs::default();
+                            c.name = wire_str(d.name);
+                            c.value = Some(wire_str(&value));
+                            c.config_source = source as i8;
+                            c
+                        })
+                        .collect(),
                     );
                 }
             }

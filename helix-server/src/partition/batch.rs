@@ -28,9 +28,14 @@ pub struct ValidBatch {
 }
 
 /// Splits a produce request's `records` into batches and validates each:
-/// framing, magic 2, CRC-32C, record count, size limit. Any failure rejects
+/// framing, magic 2, CRC-32C, record count, size limit, and every record's
+/// timestamp within `timestamps` (inclusive) when given. Any failure rejects
 /// the whole partition's data (Kafka does the same), never a partial write.
-pub fn validate(records: &Bytes, max_message_bytes: i32) -> Result<Vec<ValidBatch>> {
+pub fn validate(
+    records: &Bytes,
+    max_message_bytes: i32,
+    timestamps: Option<(i64, i64)>,
+) -> Result<Vec<ValidBatch>> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     while pos < records.len() {
@@ -60,11 +65,19 @@ pub fn validate(records: &Bytes, max_message_bytes: i32) -> Result<Vec<ValidBatc
         // stored exactly as sent.
         let mut expected_delta = 0i32;
         let mut deltas_in_order = true;
+        let mut out_of_bounds = None;
         let counted = super::records::walk(batch, |r| {
             deltas_in_order &= r.offset_delta == expected_delta;
             expected_delta = expected_delta.saturating_add(1);
+            let ts = header.first_timestamp.saturating_add(r.timestamp_delta);
+            if timestamps.is_some_and(|(low, high)| ts < low || ts > high) {
+                out_of_bounds.get_or_insert(ts);
+            }
             true
         })?;
+        if let Some(ts) = out_of_bounds {
+            return Err(HelixError::InvalidTimestamp(ts));
+        }
         if counted != header.record_count as usize {
             return Err(HelixError::InvalidRecord(format!(
                 "batch declares {} records but holds {counted}",
@@ -89,11 +102,24 @@ pub fn validate(records: &Bytes, max_message_bytes: i32) -> Result<Vec<ValidBatc
     Ok(out)
 }
 
+/// message.timestamp.type=LogAppendTime: a copy of `batch` carrying the
+/// broker's time `now_ms` (only such topics pay the copy and the CRC).
+pub fn stamp_log_append_time(batch: &[u8], now_ms: i64) -> Result<Bytes> {
+    let mut b = batch.to_vec();
+    helix_wal::batch::set_log_append_time(&mut b, now_ms)
+        .map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
+    Ok(Bytes::from(b))
+}
+
 /// In the batch at the start of `b` (any compression): the offset and
 /// timestamp of the first record whose timestamp is >= `ts`. None when no
 /// record matches or the batch cannot be read.
 pub fn first_offset_at_or_after(b: &[u8], ts: i64) -> Option<(i64, i64)> {
     let h = parse_header(b).ok()?;
+    if h.is_log_append_time() {
+        // Every record's timestamp is the batch's append time.
+        return (h.max_timestamp >= ts).then_some((h.base_offset, h.max_timestamp));
+    }
     let mut found = None;
     super::records::walk(b, |r| {
         let record_ts = h.first_timestamp + r.timestamp_delta;
@@ -168,7 +194,7 @@ pub(crate) mod tests {
     #[test]
     fn valid_batch_passes_and_reports_its_header() {
         let b = make_batch(&[b"a", b"bb", b"ccc"], 7, 10, 1000);
-        let v = validate(&b, 1 << 20).expect("valid");
+        let v = validate(&b, 1 << 20, None).expect("valid");
         assert_eq!(v.len(), 1);
         assert_eq!(hdr(&v[0]).record_count, 3);
         assert_eq!(hdr(&v[0]).producer_id, 7);
@@ -181,7 +207,7 @@ pub(crate) mod tests {
         let mut raw = make_batch(&[b"hello"], -1, -1, 0).to_vec();
         let last = raw.len() - 2;
         raw[last] ^= 0x01;
-        let err = validate(&Bytes::from(raw), 1 << 20).expect_err("corrupt");
+        let err = validate(&Bytes::from(raw), 1 << 20, None).expect_err("corrupt");
         assert!(matches!(err, HelixError::CorruptBatch(_)), "{err}");
     }
 
@@ -192,14 +218,14 @@ pub(crate) mod tests {
         raw[23..27].copy_from_slice(&2i32.to_be_bytes());
         let crc = helix_wal::batch::compute_crc(&raw);
         raw[17..21].copy_from_slice(&crc.to_be_bytes());
-        let err = validate(&Bytes::from(raw), 1 << 20).expect_err("bad count");
+        let err = validate(&Bytes::from(raw), 1 << 20, None).expect_err("bad count");
         assert!(matches!(err, HelixError::InvalidRecord(_)), "{err}");
     }
 
     #[test]
     fn oversized_batch_is_message_too_large() {
         let b = make_batch(&[&[0u8; 500]], -1, -1, 0);
-        let err = validate(&b, 200).expect_err("too large");
+        let err = validate(&b, 200, None).expect_err("too large");
         assert!(matches!(err, HelixError::MessageTooLarge(..)), "{err}");
     }
 
@@ -208,17 +234,17 @@ pub(crate) mod tests {
         let b = make_batch(&[b"abc"], -1, -1, 0);
         let cut = b.slice(..b.len() - 1);
         assert!(matches!(
-            validate(&cut, 1 << 20),
+            validate(&cut, 1 << 20, None),
             Err(HelixError::CorruptBatch(_))
         ));
         let mut raw = b.to_vec();
         raw[16] = 1;
         assert!(matches!(
-            validate(&Bytes::from(raw), 1 << 20),
+            validate(&Bytes::from(raw), 1 << 20, None),
             Err(HelixError::CorruptBatch(_))
         ));
         assert!(matches!(
-            validate(&Bytes::from_static(&[0u8; 10]), 1 << 20),
+            validate(&Bytes::from_static(&[0u8; 10]), 1 << 20, None),
             Err(HelixError::CorruptBatch(_))
         ));
     }
@@ -233,10 +259,37 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_record_outside_the_timestamp_bounds_refuses_the_batch() {
+        // Records at 1000, 1010, 1020.
+        let b = make_batch(&[b"a", b"b", b"c"], -1, -1, 1000);
+        assert!(validate(&b, 1 << 20, Some((1000, 1020))).is_ok());
+        let err = validate(&b, 1 << 20, Some((1005, i64::MAX))).expect_err("too old");
+        assert!(matches!(err, HelixError::InvalidTimestamp(1000)), "{err}");
+        let err = validate(&b, 1 << 20, Some((0, 1015))).expect_err("too new");
+        assert!(matches!(err, HelixError::InvalidTimestamp(1020)), "{err}");
+    }
+
+    #[test]
+    fn log_append_time_is_stamped_under_a_valid_crc_and_found_by_time() {
+        let b = make_batch(&[b"a", b"b", b"c"], -1, -1, 1000);
+        let mut stamped = stamp_log_append_time(&b, 5_000).expect("stamped").to_vec();
+        let v = validate(&Bytes::from(stamped.clone()), 1 << 20, None).expect("crc valid");
+        let h = hdr(&v[0]);
+        assert!(h.is_log_append_time());
+        assert_eq!((h.first_timestamp, h.max_timestamp), (1000, 5_000));
+        assert_eq!(h.compression(), 0);
+        helix_wal::patch_batch_header(&mut stamped, 40, 1).expect("patch");
+        // Every record has the append time: the batch's first record matches.
+        assert_eq!(first_offset_at_or_after(&stamped, 1_500), Some((40, 5_000)));
+        assert_eq!(first_offset_at_or_after(&stamped, 5_000), Some((40, 5_000)));
+        assert_eq!(first_offset_at_or_after(&stamped, 5_001), None);
+    }
+
+    #[test]
     fn patching_keeps_the_crc_valid() {
         let mut raw = make_batch(&[b"abc"], -1, -1, 0).to_vec();
         helix_wal::patch_batch_header(&mut raw, 12345, 9).expect("patch");
-        let v = validate(&Bytes::from(raw), 1 << 20).expect("still valid");
+        let v = validate(&Bytes::from(raw), 1 << 20, None).expect("still valid");
         assert_eq!(hdr(&v[0]).base_offset, 12345);
         assert_eq!(hdr(&v[0]).partition_leader_epoch, 9);
     }

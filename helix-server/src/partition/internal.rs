@@ -60,7 +60,7 @@ pub async fn append(
 ) -> Result<oneshot::Receiver<ProduceOutcome>> {
     partition.check_leader(-1)?;
     let batch = value_batch(value)?;
-    let batches: Vec<Bytes> = batch::validate(&batch, i32::MAX)?
+    let batches: Vec<Bytes> = batch::validate(&batch, i32::MAX, None)?
         .into_iter()
         .map(|b| b.bytes)
         .collect();
