@@ -83,4 +83,6 @@ pub struct Status {
     pub wal_truncations: u64,
     /// The node leadership is being handed to (leader only).
     pub transferring_to: Option<NodeId>,
+    /// Neither votes nor campaigns until restored ([`crate::HardState::learner`]).
+    pub learner: bool,
 }

@@ -58,6 +58,14 @@ impl LogIndex {
 pub struct HardState {
     pub term: Term,
     pub voted_for: Option<NodeId>,
+    /// A learner neither votes nor campaigns. The host sets it when the
+    /// replica's log lost entries it may have acknowledged (damaged storage
+    /// set aside): counted in a majority for them, it must not help elect a
+    /// leader that lacks them. The group clears it once its durable log
+    /// holds an index the current leader acknowledged in its own term,
+    /// which covers everything acknowledged before (Raft's rule for a
+    /// server that lost its durable state).
+    pub learner: bool,
 }
 
 /// What an entry carries.

@@ -49,6 +49,7 @@ fn one_voter_group_restarts_from_its_wal_and_elects_itself_on_timeout() {
     let cfg = RaftConfig::new(NodeId(1), vec![NodeId(1)]);
     let restored = Restored {
         hard_state: helix_raft::HardState {
+            learner: false,
             term: Term(3),
             voted_for: Some(NodeId(1)),
         },
@@ -121,7 +122,17 @@ impl Cluster {
         if let Some(a) = rd.acknowledged {
             self.acked[i] = a;
         }
-        rd.messages
+        // Catch-up served from the WAL, as the server does.
+        for req in &rd.catch_up {
+            let (from, through) = (req.from_index.0 as usize, req.through_index.0 as usize);
+            let entries = self.wals[i][from - 1..through.min(self.wals[i].len())].to_vec();
+            self.nodes[i]
+                .catch_up(req.to, entries)
+                .expect("a leader's own WAL");
+        }
+        let mut out = rd.messages;
+        out.extend(rd.catch_up_messages);
+        out
     }
 
     /// Delivers messages round by round until quiet; returns rounds (hops).
@@ -311,4 +322,95 @@ fn groups_are_send_so_hosts_can_shard_them_across_workers() {
     assert_send::<RaftGroup>();
     assert_send::<MultiRaft>();
     assert_send::<helix_raft::MessageBatch>();
+}
+
+#[test]
+fn a_replica_that_lost_its_log_rejoins_as_a_learner_until_restored() {
+    let mut c = Cluster::new(3);
+    c.nodes[0].campaign();
+    c.settle();
+    for v in [b"a", b"b", b"c"] {
+        c.nodes[0].propose(Bytes::from_static(v)).expect("leader");
+    }
+    c.settle();
+    let before = c.nodes[0].term();
+    // Node 2's log is damaged and set aside: it restarts empty, keeping its
+    // vote record, as a learner.
+    let cfg = RaftConfig::new(NodeId(2), vec![NodeId(1), NodeId(2), NodeId(3)]);
+    let restored = Restored {
+        hard_state: helix_raft::HardState {
+            term: before,
+            voted_for: Some(NodeId(1)),
+            learner: true,
+        },
+        ..Restored::fresh(2)
+    };
+    c.nodes[1] = RaftGroup::new(GroupId(1), cfg, restored).expect("valid");
+    c.wals[1].clear();
+    let st = c.nodes[1].status();
+    assert!(st.learner);
+    assert_eq!(
+        st.term,
+        Term(before.0 + 1),
+        "a learner starts a term of its own"
+    );
+    // It never campaigns, however long it waits.
+    for _ in 0..100 {
+        c.nodes[1].tick();
+    }
+    c.nodes[1].campaign();
+    assert_eq!(c.nodes[1].role(), Role::Follower);
+    // It refuses to vote: a candidate lacking the entries could otherwise
+    // win with it.
+    let vote = Message {
+        group: GroupId(1),
+        from: NodeId(3),
+        to: NodeId(2),
+        term: Term(before.0 + 5),
+        body: MessageBody::Vote {
+            last_index: LogIndex(0),
+            last_term: Term(0),
+            transfer: false,
+        },
+    };
+    c.nodes[1].step(vote).expect("addressed");
+    let rd = c.nodes[1].ready();
+    assert!(
+        rd.messages
+            .iter()
+            .any(|m| matches!(m.body, MessageBody::VoteResponse { reject: true })),
+        "{:?}",
+        rd.messages
+    );
+    c.handle(1, rd);
+    // Node 2's answers carry its new term: the leader steps down, and one
+    // of the nodes holding everything leads at a later term. Node 2 follows
+    // it and votes again once it holds what that leader acknowledged in its
+    // own term.
+    let mut proposed = false;
+    for _ in 0..500 {
+        for n in &mut c.nodes {
+            n.tick();
+        }
+        c.settle();
+        if let Some(l) = (0..3).find(|i| c.nodes[*i].role() == Role::Leader) {
+            assert_ne!(l, 1, "the learner cannot lead");
+            if !proposed && c.nodes[l].term() > Term(before.0 + 5) {
+                proposed = c.nodes[l].propose(Bytes::from_static(b"d")).is_ok();
+            }
+        }
+        if proposed && !c.nodes[1].status().learner {
+            break;
+        }
+    }
+    let st = c.nodes[1].status();
+    assert!(
+        proposed && !st.learner,
+        "not restored: {:?}",
+        c.nodes.iter().map(|n| n.status()).collect::<Vec<_>>()
+    );
+    let data: Vec<Bytes> = c.wals[1].iter().map(|e| e.data.clone()).collect();
+    for v in [b"a", b"b", b"c", b"d"] {
+        assert!(data.contains(&Bytes::from_static(v)), "{data:?}");
+    }
 }

@@ -86,6 +86,8 @@ fn acknowledged_entries_survive_every_fault_schedule() {
             ("MultiRaft host", stats.multi_host_runs),
             ("pre-vote off", stats.pre_vote_off_runs),
             ("check-quorum off", stats.check_quorum_off_runs),
+            ("log lost at a restart", stats.disk_losses),
+            ("learner restored", stats.learners_restored),
             ("replay", n.replays),
             ("long delay", n.long_delays),
             ("held by a partition", n.held),

@@ -253,8 +253,9 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
 }
 
 fn damaged(report: &mut Recovery, dir: &Path, base: i64, position: u64, reason: String) {
+    // The caller reports it, once (helix-server: "replica refused", or the
+    // replica set aside as a learner).
     let file = segment::log_path(dir, base);
-    tracing::error!(file = %file.display(), position, %reason, "segment before the recovery checkpoint is inconsistent; refusing to serve it");
     report.damaged.push(DamagedRange {
         segment_base_offset: base,
         file,

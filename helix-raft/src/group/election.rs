@@ -11,7 +11,7 @@ impl RaftGroup {
     /// Follower and (pre-)candidate tick: campaign when the timeout expires.
     pub(super) fn tick_election(&mut self) {
         self.election_elapsed = self.election_elapsed.saturating_add(1);
-        if self.election_elapsed >= self.randomized_timeout {
+        if self.election_elapsed >= self.randomized_timeout && !self.learner {
             self.election_elapsed = 0;
             if self.cfg.pre_vote {
                 self.become_pre_candidate();
@@ -149,7 +149,7 @@ impl RaftGroup {
         } else {
             self.voted_for == Some(from) || (self.voted_for.is_none() && self.leader.is_none())
         };
-        let grant = can_vote && self.log.is_up_to_date(last_index, last_term);
+        let grant = can_vote && !self.learner && self.log.is_up_to_date(last_index, last_term);
         if pre {
             let answer_term = if grant { term } else { self.term };
             self.send(

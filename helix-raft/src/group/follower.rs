@@ -30,6 +30,7 @@ impl RaftGroup {
                 }
                 self.leader_match = self.leader_match.max(outcome.last_new);
                 self.learn_commit(commit, acknowledged);
+                self.maybe_restored();
                 let durable = self.verified_durable();
                 self.durable_reported = self.durable_reported.max(durable);
                 let last_index = self.log.last_index();
@@ -72,6 +73,7 @@ impl RaftGroup {
         acknowledged: LogIndex,
     ) {
         self.learn_commit(commit, acknowledged);
+        self.maybe_restored();
         let durable = self.verified_durable();
         self.durable_reported = self.durable_reported.max(durable);
         let term = self.term;
@@ -87,6 +89,7 @@ impl RaftGroup {
     /// this follower has verified against the leader.
     pub(super) fn learn_commit(&mut self, commit: LogIndex, acknowledged: LogIndex) {
         self.leader_commit = self.leader_commit.max(commit);
+        self.leader_ack = self.leader_ack.max(acknowledged);
         self.log.commit_to(commit.min(self.leader_match));
         let ack = acknowledged.min(self.leader_match);
         if ack > self.acknowledged {
@@ -98,6 +101,22 @@ impl RaftGroup {
     /// match its log, so the leader may take reports as a maximum.
     fn verified_durable(&self) -> LogIndex {
         self.log.durable().min(self.leader_match)
+    }
+
+    /// A learner becomes a voter again once its durable log, verified
+    /// against this term's leader, reaches an index that leader acknowledged
+    /// in its own term: every entry acknowledged before (in any term) lies
+    /// at or below it, so this replica holds again whatever it may have
+    /// helped acknowledge before it lost its log.
+    pub(super) fn maybe_restored(&mut self) {
+        let ack = self.leader_ack;
+        if self.learner
+            && ack > LogIndex(0)
+            && self.log.term_at(ack) == Some(self.term)
+            && self.verified_durable() >= ack
+        {
+            self.learner = false;
+        }
     }
 
     /// After the host reports a new durable index, tell the leader at once:

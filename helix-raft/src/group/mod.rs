@@ -57,12 +57,17 @@ pub struct RaftGroup {
     /// Follower: the highest commit index the current term's leader has
     /// sent, not clamped to what this log matches (how far behind it is).
     leader_commit: LogIndex,
+    /// Follower: the highest acknowledged index the current term's leader
+    /// has sent, not clamped (what a learner must hold to vote again).
+    leader_ack: LogIndex,
     /// Follower: the durable index last reported to the leader.
     durable_reported: LogIndex,
     acknowledged: LogIndex,
     ack_reported: LogIndex,
     transferee: Option<NodeId>,
     transfer_elapsed: u32,
+    /// See [`HardState::learner`].
+    learner: bool,
     msgs: Vec<Message>,
     /// Appends of WAL entries fed in by `catch_up` (their own channel).
     catch_up_msgs: Vec<Message>,
@@ -88,6 +93,16 @@ impl RaftGroup {
         } else {
             (restored.hard_state.term, restored.hard_state.voted_for)
         };
+        // A learner starts a term of its own: its answers make the current
+        // leader step down, so no leader counts a durable report this
+        // replica sent before it lost its log (reports of older terms are
+        // ignored), and the acknowledged index it waits for is computed
+        // from what it reports now.
+        let (term, voted_for) = if restored.hard_state.learner {
+            (Term(term.0 + 1), None)
+        } else {
+            (term, voted_for)
+        };
         let mut g = RaftGroup {
             group,
             term,
@@ -104,11 +119,13 @@ impl RaftGroup {
             rng: SplitMix64::for_replica(restored.seed, group.0, cfg.node.0),
             leader_match: LogIndex(0),
             leader_commit: LogIndex(0),
+            leader_ack: LogIndex(0),
             durable_reported: LogIndex(0),
             acknowledged: LogIndex(0),
             ack_reported: LogIndex(0),
             transferee: None,
             transfer_elapsed: 0,
+            learner: restored.hard_state.learner,
             msgs: Vec::new(),
             catch_up_msgs: Vec::new(),
             truncate_wal_after: None,
@@ -203,7 +220,7 @@ impl RaftGroup {
 
     /// Starts an election now (a one-voter group becomes leader at once).
     pub fn campaign(&mut self) {
-        if self.role != Role::Leader {
+        if self.role != Role::Leader && !self.learner {
             self.become_candidate(false);
         }
     }
@@ -220,6 +237,7 @@ impl RaftGroup {
             if self.role == Role::Leader {
                 self.maybe_acknowledge();
             } else {
+                self.maybe_restored();
                 self.report_durable();
             }
         }
@@ -296,6 +314,7 @@ impl RaftGroup {
             elections_won: self.counters.elections_won,
             wal_truncations: self.counters.wal_truncations,
             transferring_to: self.transferee,
+            learner: self.learner,
         }
     }
 
@@ -308,6 +327,7 @@ impl RaftGroup {
         HardState {
             term: self.term,
             voted_for: self.voted_for,
+            learner: self.learner,
         }
     }
 
@@ -351,6 +371,7 @@ impl RaftGroup {
         self.transfer_elapsed = 0;
         self.leader_match = LogIndex(0);
         self.leader_commit = LogIndex(0);
+        self.leader_ack = LogIndex(0);
         self.durable_reported = LogIndex(0);
     }
 

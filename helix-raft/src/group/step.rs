@@ -156,7 +156,7 @@ impl RaftGroup {
                 }
             }
             MessageBody::TimeoutNow => {
-                if self.role == Role::Follower {
+                if self.role == Role::Follower && !self.learner {
                     self.become_candidate(true);
                 }
             }

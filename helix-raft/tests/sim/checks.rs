@@ -167,10 +167,13 @@ impl Sim {
         let quorum = self.cfg.nodes / 2 + 1;
         for g in 0..self.cfg.groups {
             for (i, t, d) in self.history[g].book() {
+                // A learner counts as holding: it may have helped
+                // acknowledge the entry before it lost its log, and it
+                // votes for no one until it holds it again.
                 let holding = self
                     .nodes
                     .iter()
-                    .filter(|n| n.groups[g].wal.holds(i, t, d))
+                    .filter(|n| n.groups[g].wal.holds(i, t, d) || n.groups[g].hard_state.learner)
                     .count();
                 if holding < quorum {
                     return self.fail(format!(

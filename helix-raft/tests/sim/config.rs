@@ -46,6 +46,9 @@ pub struct SimConfig {
     /// Crash every node at once before the liveness phase: always, never,
     /// or (None) on a coin flip.
     pub liveness_crash_all: Option<bool>,
+    /// A restarting node may find one group's log damaged: set aside, it
+    /// restarts empty as a learner (never while that group has another).
+    pub disk_loss: bool,
 }
 
 impl SimConfig {
@@ -73,6 +76,8 @@ impl SimConfig {
             network_faults: true,
             liveness_ticks: 400,
             liveness_crash_all: None,
+            // Drawn last: the earlier draws of a seed stay as they were.
+            disk_loss: r.in_range(0, 2) == 0,
         }
     }
 }

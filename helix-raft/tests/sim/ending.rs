@@ -51,7 +51,12 @@ impl Sim {
             self.stats.all_crashed += 1;
         }
         let quorum = self.cfg.nodes / 2 + 1;
-        let want_up = self.rng.in_range(quorum as u64, self.cfg.nodes as u64 + 1) as usize;
+        let mut want_up = self.rng.in_range(quorum as u64, self.cfg.nodes as u64 + 1) as usize;
+        if (0..self.cfg.groups).any(|g| self.has_learner(g)) {
+            // A learner does not vote: a bare majority including it may
+            // rightly elect no one. Everyone comes up.
+            want_up = self.cfg.nodes;
+        }
         let mut order: Vec<usize> = (0..self.nodes.len()).collect();
         for i in (1..order.len()).rev() {
             let j = self.rng.in_range(0, i as u64 + 1) as usize;
@@ -167,6 +172,11 @@ impl Sim {
             }
         }
         for g in 0..self.cfg.groups {
+            self.stats.learners_restored += self
+                .nodes
+                .iter()
+                .filter(|n| n.groups[g].lost_log && !n.groups[g].hard_state.learner)
+                .count() as u64;
             for (i, t, d) in self.history[g].book() {
                 if let Some(node) = self
                     .nodes

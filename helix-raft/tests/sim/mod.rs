@@ -547,8 +547,26 @@ impl Sim {
             eprintln!("t={} restart node {}", self.now, n + 1);
         }
         let seed = self.rng.next_u64();
+        if self.faults_on && self.cfg.disk_loss && self.rng.in_range(0, 4) == 0 {
+            let g = self.rng.in_range(0, self.cfg.groups as u64) as usize;
+            // One lost log per group at a time: two are more than Raft's
+            // majority can cover.
+            if !self.has_learner(g) {
+                if trace() {
+                    eprintln!("t={} node {} loses group {g}'s log", self.now, n + 1);
+                }
+                self.nodes[n].lose_log(g);
+                self.stats.disk_losses += 1;
+            }
+        }
         self.nodes[n].start(&self.raft_cfgs[n], seed);
         self.process_node(n)
+    }
+
+    /// Whether a replica of group `g` is a learner (persisted: it lost its
+    /// log and has not yet been restored).
+    pub(super) fn has_learner(&self, g: usize) -> bool {
+        self.nodes.iter().any(|n| n.groups[g].hard_state.learner)
     }
 }
 

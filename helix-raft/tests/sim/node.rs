@@ -82,6 +82,8 @@ pub struct GroupHost {
     /// The group's acknowledged index when the last input was fully handled.
     pub ack_before_input: LogIndex,
     pub pending: Vec<Pending>,
+    /// This replica lost its log at least once in the run.
+    pub lost_log: bool,
 }
 
 /// One simulated node.
@@ -152,6 +154,15 @@ impl SimNode {
         self.raft = Some(multi);
         self.paused_until = None;
         self.inbox.clear();
+    }
+
+    /// Group `g`'s log is damaged and set aside while the node is down: it
+    /// restarts empty, keeping its vote, as a learner.
+    pub fn lose_log(&mut self, g: usize) {
+        let host = &mut self.groups[g];
+        host.wal = SimWal::default();
+        host.hard_state.learner = true;
+        host.lost_log = true;
     }
 
     /// Crash: all memory is lost, unanswered proposals with it. A process

@@ -28,6 +28,10 @@ pub struct Stats {
     pub multi_host_runs: u64,
     pub pre_vote_off_runs: u64,
     pub check_quorum_off_runs: u64,
+    /// Group logs lost at a restart (the replica rejoined as a learner).
+    pub disk_losses: u64,
+    /// Learners voting again by the end of their run.
+    pub learners_restored: u64,
     pub net: NetCounts,
 }
 
@@ -58,7 +62,9 @@ impl Stats {
             campaigns,
             multi_host_runs,
             pre_vote_off_runs,
-            check_quorum_off_runs
+            check_quorum_off_runs,
+            disk_losses,
+            learners_restored
         );
         let (a, b) = (&mut self.net, &s.net);
         a.dropped += b.dropped;

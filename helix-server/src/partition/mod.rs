@@ -14,6 +14,7 @@ pub mod apply;
 pub mod batch;
 pub mod entry;
 pub mod internal;
+mod learner;
 pub mod producers;
 pub mod raft;
 pub mod records;
@@ -118,21 +119,38 @@ pub fn recover(
     settings: PartitionSettings,
 ) -> Result<Recovered> {
     std::fs::create_dir_all(dir)?;
-    let (log, recovery) = PartitionLog::open(&dir.join("wal"), settings.log.clone())?;
-    if let Some(d) = recovery.damaged.first() {
-        // A sealed segment that does not hold what its metadata claims:
-        // flushed data is damaged, and the replica is refused (ADR 0001).
-        return Err(HelixError::Wal(helix_wal::WalError::Corrupt {
-            file: d.file.clone(),
-            position: d.position,
-            reason: d.reason.clone(),
-        }));
-    }
+    let wal_dir = dir.join("wal");
+    let hard_state_file = HardStateFile::new(dir);
+    let mut hard_state = hard_state_file.load()?;
+    // Damage inside flushed data (in the active segment's checkpointed
+    // range, or a sealed segment that does not hold what its metadata
+    // claims) is refused, never cut (ADR 0001).
+    let (log, recovery) = match PartitionLog::open(&wal_dir, settings.log.clone()) {
+        Ok((log, recovery)) => match recovery.damaged.first() {
+            None => (log, recovery),
+            Some(d) => {
+                let damage = helix_wal::WalError::Corrupt {
+                    file: d.file.clone(),
+                    position: d.position,
+                    reason: d.reason.clone(),
+                };
+                drop(log);
+                let learner = learner::Learner::set_aside(dir, topic, index, &settings, damage)?;
+                hard_state = learner.persist(&hard_state_file, hard_state)?;
+                learner.reopen(&settings)?
+            }
+        },
+        Err(damage @ helix_wal::WalError::Corrupt { .. }) => {
+            let learner = learner::Learner::set_aside(dir, topic, index, &settings, damage)?;
+            hard_state = learner.persist(&hard_state_file, hard_state)?;
+            learner.reopen(&settings)?
+        }
+        Err(e) => return Err(e.into()),
+    };
     let snapshot = scan::Snapshot::load(dir);
     let acknowledged_hint = snapshot.as_ref().map_or(0, |s| s.acknowledged_offset);
     let (producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;
-    let hard_state_file = HardStateFile::new(dir);
-    let group = raft::restore_group(&settings.spec, hard_state_file.load()?, &log)?;
+    let group = raft::restore_group(&settings.spec, hard_state, &log)?;
     // What consumers may read until the group acknowledges more: for one
     // voter its whole WAL (its own durable log is a majority); otherwise
     // what was known acknowledged when the last snapshot was taken.

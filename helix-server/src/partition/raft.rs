@@ -16,17 +16,24 @@ use helix_wal::PartitionLog;
 
 use crate::error::{HelixError, Result};
 
-/// The persisted vote of one group: `term voted_for` in a small file,
-/// replaced atomically and fsynced before anything depends on it.
+/// The persisted vote of one group: `term voted_for` in a small file, with
+/// a third word `learner` while the replica may not vote (it lost its log,
+/// see [`HardState::learner`]), replaced atomically and fsynced before
+/// anything depends on it.
 #[derive(Debug)]
 pub struct HardStateFile {
     path: PathBuf,
+    /// The learner flag last stored, to say once when it clears.
+    learner: std::sync::atomic::AtomicBool,
 }
+
+const LEARNER: &str = "learner";
 
 impl HardStateFile {
     pub fn new(dir: &Path) -> HardStateFile {
         HardStateFile {
             path: dir.join("raft-hard-state"),
+            learner: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -40,9 +47,17 @@ impl HardStateFile {
         let mut parts = text.split_whitespace();
         let term: u64 = parts.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
         let voted: u64 = parts.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
+        let learner = match parts.next() {
+            None => false,
+            Some(LEARNER) => true,
+            Some(_) => return Err(bad()),
+        };
+        self.learner
+            .store(learner, std::sync::atomic::Ordering::Relaxed);
         Ok(HardState {
             term: Term(term),
             voted_for: (voted != 0).then_some(NodeId(voted)),
+            learner,
         })
     }
 
@@ -52,11 +67,26 @@ impl HardStateFile {
     fn stage(&self, hs: HardState) -> Result<()> {
         use std::io::Write;
         let tmp = self.path.with_extension("tmp");
-        let text = format!("{} {}\n", hs.term.0, hs.voted_for.map_or(0, |n| n.0));
+        let learner = if hs.learner { " learner" } else { "" };
+        let text = format!(
+            "{} {}{learner}\n",
+            hs.term.0,
+            hs.voted_for.map_or(0, |n| n.0)
+        );
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(text.as_bytes())?;
         f.sync_data()?;
         std::fs::rename(&tmp, &self.path)?;
+        let was = self
+            .learner
+            .swap(hs.learner, std::sync::atomic::Ordering::Relaxed);
+        if was && !hs.learner {
+            tracing::info!(
+                dir = %self.path.parent().unwrap_or(Path::new(".")).display(),
+                term = hs.term.0,
+                "replica restored from the leader past the damage: it votes again"
+            );
+        }
         Ok(())
     }
 
@@ -83,7 +113,6 @@ impl HardStateFile {
         Ok(())
     }
 
-    #[cfg(test)]
     pub fn store(&self, hs: HardState) -> Result<()> {
         HardStateFile::store_all([(self, hs)])
     }
@@ -175,9 +204,25 @@ mod tests {
         let hs = HardState {
             term: Term(4),
             voted_for: Some(NodeId(1)),
+            learner: false,
         };
         f.store(hs).expect("store");
         assert_eq!(HardStateFile::new(dir.path()).load().expect("load"), hs);
+        let learner = HardState {
+            learner: true,
+            ..hs
+        };
+        f.store(learner).expect("store");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("raft-hard-state")).expect("read"),
+            "4 1 learner\n"
+        );
+        assert_eq!(
+            HardStateFile::new(dir.path()).load().expect("load"),
+            learner
+        );
+        std::fs::write(dir.path().join("raft-hard-state"), "4 1 maybe\n").expect("write");
+        assert!(HardStateFile::new(dir.path()).load().is_err());
     }
 
     #[test]

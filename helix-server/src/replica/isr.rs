@@ -121,6 +121,7 @@ mod tests {
             elections_won: 0,
             wal_truncations: 0,
             transferring_to: None,
+            learner: false,
         }
     }
 
