@@ -414,3 +414,40 @@ fn a_replica_that_lost_its_log_rejoins_as_a_learner_until_restored() {
         assert!(data.contains(&Bytes::from_static(v)), "{data:?}");
     }
 }
+
+#[test]
+fn a_leader_that_stands_down_hands_over_and_never_campaigns_again() {
+    let mut c = Cluster::new(3);
+    c.nodes[0].campaign();
+    c.settle();
+    c.nodes[0]
+        .propose(Bytes::from_static(b"a"))
+        .expect("leader");
+    c.settle();
+    c.nodes[0].stand_down();
+    c.settle();
+    assert_ne!(c.nodes[0].role(), Role::Leader);
+    let leader = (1..3)
+        .find(|i| c.nodes[*i].role() == Role::Leader)
+        .expect("leadership moved to a follower");
+    // The new leader goes away: node 1 still votes but never stands.
+    c.nodes[leader] = RaftGroup::new(
+        GroupId(1),
+        RaftConfig::new(
+            NodeId(leader as u64 + 1),
+            vec![NodeId(1), NodeId(2), NodeId(3)],
+        ),
+        Restored::fresh(9),
+    )
+    .expect("valid");
+    for _ in 0..200 {
+        c.nodes[0].tick();
+        c.settle();
+    }
+    assert_eq!(
+        c.nodes[0].status().elections_started,
+        1,
+        "only its first election"
+    );
+    assert!(c.nodes[0].stood_down());
+}

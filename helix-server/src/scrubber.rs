@@ -1,12 +1,11 @@
 //! The background scrubber: reads every local replica's acknowledged log,
-//! start to end, at a bounded rate (`scrub_bytes_per_second`, 0 = off), so
-//! damaged stored bytes are found before a consumer reaches them. A read
-//! that meets damage marks the replica damaged (it takes no more writes,
-//! see `Partition::read`). helix-wal verifies a batch's CRC the first time a
-//! read reaches it in this process, and appends of this process are
-//! verified on the way in: one pass covers everything written before the
-//! process started. Passes repeat every [`PASS_EVERY`] to reach replicas
-//! opened since.
+//! start to end, at a bounded rate (`scrub_bytes_per_second`, 0 = off), and
+//! checks every batch's CRC on the bytes as stored (`Partition::scrub`),
+//! also those this process verified before: stored bytes can rot after
+//! they were checked. So damage is found before a consumer reaches it. A
+//! read that meets damage marks the replica damaged (it takes no more
+//! writes; in a cluster it stands down, ADR 0016). Passes repeat every
+//! [`PASS_EVERY`].
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -33,7 +32,7 @@ pub async fn run(broker: Weak<Broker>, bytes_per_second: u64) {
         for p in replicas {
             let mut from = p.reader().log_start_offset();
             while p.damaged().is_none() {
-                let bytes = match p.read(from, CHUNK) {
+                let bytes = match p.scrub(from, CHUNK) {
                     Ok(b) if b.is_empty() => break,
                     Ok(b) => b,
                     // Retention moved the start: go on from there.

@@ -209,6 +209,39 @@ impl LogReader {
         Ok(empty)
     }
 
+    /// The scrubber's read: [`LogReader::read`] with every batch's CRC
+    /// checked again on the stored bytes, even those this process verified
+    /// before (see [`crate::segment::Segment::reverify`]).
+    pub fn reverify(&self, from_offset: i64, max_bytes: usize) -> Result<ReadResult> {
+        let empty = self.read(from_offset, 0)?;
+        if empty.bytes.is_empty() {
+            return Ok(empty);
+        }
+        let segments = self.shared.snapshot();
+        let start = segments
+            .partition_point(|s| s.base_offset <= from_offset)
+            .saturating_sub(1);
+        for seg in &segments[start..] {
+            match seg.reverify(from_offset, max_bytes, &self.shared.budget) {
+                Ok(Some(chunk)) => {
+                    return Ok(ReadResult {
+                        bytes: chunk.bytes,
+                        first_offset: chunk.first_offset,
+                        next_offset: chunk.next_offset,
+                        ..empty
+                    });
+                }
+                Ok(None) => continue,
+                Err(e) => return Err(self.explain_race(from_offset, e)),
+            }
+        }
+        Ok(ReadResult {
+            bytes: bytes::Bytes::new(),
+            next_offset: from_offset,
+            ..empty
+        })
+    }
+
     /// A read that failed because retention or truncation removed the
     /// segment under it is reported as out of range.
     fn explain_race(&self, offset: i64, e: WalError) -> WalError {

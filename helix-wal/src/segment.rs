@@ -415,6 +415,40 @@ impl Segment {
 
     /// Bytes `[from, to)`, which must be whole batches (an entry's range),
     /// verified before they are returned.
+    /// The scrubber's read: like [`Segment::read`] (whole batches from the
+    /// one holding `from`, about `max_bytes`), but every batch's CRC is
+    /// checked again on the bytes as they are now, even where this process
+    /// verified them before (stored bytes can rot after they were checked).
+    /// A mismatch marks the segment damaged from that batch on and is
+    /// returned as `Corrupt` with the batch's position.
+    pub fn reverify(
+        self: &Arc<Self>,
+        from: i64,
+        max_bytes: usize,
+        budget: &FileBudget,
+    ) -> Result<Option<Chunk>> {
+        let Some(chunk) = self.read(from, max_bytes, budget)? else {
+            return Ok(None);
+        };
+        let src = self.source(budget)?;
+        let Some((pos, _)) = self.find_batch(&src, chunk.first_offset, self.len(), |h| {
+            h.base_offset >= chunk.first_offset
+        })?
+        else {
+            return Ok(Some(chunk));
+        };
+        for b in batch::Batches::new(&chunk.bytes) {
+            let Ok((_, range)) = b else { break };
+            if let Err(e) = batch::verify_crc(&chunk.bytes[range.clone()]) {
+                let at = pos + range.start as u64;
+                let reason = format!("a batch fails its CRC when re-read: {e}");
+                self.mark_damaged(at, &reason);
+                return Err(self.corrupt(at, &reason));
+            }
+        }
+        Ok(Some(chunk))
+    }
+
     pub fn read_range(self: &Arc<Self>, from: u64, to: u64, budget: &FileBudget) -> Result<Bytes> {
         if to > self.len() {
             return Err(self.corrupt(to, "entry ends beyond the segment's data"));

@@ -11,7 +11,7 @@ impl RaftGroup {
     /// Follower and (pre-)candidate tick: campaign when the timeout expires.
     pub(super) fn tick_election(&mut self) {
         self.election_elapsed = self.election_elapsed.saturating_add(1);
-        if self.election_elapsed >= self.randomized_timeout && !self.learner {
+        if self.election_elapsed >= self.randomized_timeout && !self.learner && !self.stood_down {
             self.election_elapsed = 0;
             if self.cfg.pre_vote {
                 self.become_pre_candidate();
@@ -38,6 +38,12 @@ impl RaftGroup {
             }
             if self.transferee.take().is_some() {
                 self.transfer_elapsed = 0;
+            }
+            if self.stood_down {
+                // The hand-over did not happen within an election timeout.
+                let term = self.term;
+                self.become_follower(term, None);
+                return;
             }
         }
         if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks {

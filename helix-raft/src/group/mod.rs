@@ -68,6 +68,9 @@ pub struct RaftGroup {
     transfer_elapsed: u32,
     /// See [`HardState::learner`].
     learner: bool,
+    /// The host found this replica's stored data damaged: it hands over
+    /// leadership and never campaigns again (in this incarnation).
+    stood_down: bool,
     msgs: Vec<Message>,
     /// Appends of WAL entries fed in by `catch_up` (their own channel).
     catch_up_msgs: Vec<Message>,
@@ -126,6 +129,7 @@ impl RaftGroup {
             transferee: None,
             transfer_elapsed: 0,
             learner: restored.hard_state.learner,
+            stood_down: false,
             msgs: Vec::new(),
             catch_up_msgs: Vec::new(),
             truncate_wal_after: None,
@@ -220,9 +224,39 @@ impl RaftGroup {
 
     /// Starts an election now (a one-voter group becomes leader at once).
     pub fn campaign(&mut self) {
-        if self.role != Role::Leader && !self.learner {
+        if self.role != Role::Leader && !self.learner && !self.stood_down {
             self.become_candidate(false);
         }
+    }
+
+    /// The host found this replica's stored data damaged: a leader hands
+    /// leadership to its most caught-up follower (stepping down after an
+    /// election timeout if the hand-over does not happen), and the replica
+    /// never campaigns again. It still votes: its log's positions and terms
+    /// are intact, only stored bytes are not.
+    pub fn stand_down(&mut self) {
+        self.stood_down = true;
+        if self.role != Role::Leader {
+            return;
+        }
+        let best = self
+            .progress
+            .iter()
+            .max_by_key(|(n, pr)| (pr.matched, *n))
+            .map(|(n, _)| *n);
+        match best {
+            Some(to) => self.transfer_leader(to),
+            None => {
+                let term = self.term;
+                self.become_follower(term, None);
+            }
+        }
+    }
+
+    /// Whether [`RaftGroup::stand_down`] was called.
+    #[must_use]
+    pub fn stood_down(&self) -> bool {
+        self.stood_down
     }
 
     /// The host appended (or fsynced) its WAL up to `index`.

@@ -156,7 +156,7 @@ impl RaftGroup {
                 }
             }
             MessageBody::TimeoutNow => {
-                if self.role == Role::Follower && !self.learner {
+                if self.role == Role::Follower && !self.learner && !self.stood_down {
                     self.become_candidate(true);
                 }
             }

@@ -5,7 +5,7 @@
 //! `HardState::learner`). The only replica of a group is refused instead:
 //! there is no other copy (ADR 0001).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use helix_raft::HardState;
 use helix_wal::PartitionLog;
@@ -14,69 +14,82 @@ use super::raft::HardStateFile;
 use super::{PartitionSettings, scan};
 use crate::error::{HelixError, Result};
 
+/// Written into the replica's directory when a read finds damage in a
+/// group with other replicas: the next open sets the log aside.
+const MARK: &str = "damaged";
+
 /// A replica whose log was found damaged inside flushed data, in a group
 /// with other replicas: its log is set aside whole (kept for the operator,
-/// `wal.damaged-<unix ms>`) and it rejoins empty as a learner, neither
-/// voting nor campaigning until the leader has restored it (ADR 0016).
-/// The only replica of a group is refused instead: there is no other copy.
-pub(super) struct Learner {
-    wal_dir: PathBuf,
-}
-
-impl Learner {
-    pub(super) fn set_aside(
-        dir: &Path,
-        topic: &str,
-        index: i32,
-        settings: &PartitionSettings,
-        damage: helix_wal::WalError,
-    ) -> Result<Learner> {
-        if settings.spec.voters.len() == 1 {
-            return Err(HelixError::Wal(damage));
-        }
-        let wal_dir = dir.join("wal");
-        let aside = dir.join(format!("wal.damaged-{}", crate::topics::now_ms()));
+/// `wal.damaged-<unix ms>`), its vote record says `learner` before anything
+/// else happens (a crash before it is restored leaves it a learner), and it
+/// reopens an empty WAL (ADR 0016). The only replica of a group is refused
+/// instead: there is no other copy.
+pub(super) fn rejoin(
+    dir: &Path,
+    topic: &str,
+    index: i32,
+    settings: &PartitionSettings,
+    damage: helix_wal::WalError,
+    vote: &HardStateFile,
+    hard_state: &mut HardState,
+) -> Result<(PartitionLog, helix_wal::Recovery)> {
+    if settings.spec.voters.len() == 1 {
+        return Err(HelixError::Wal(damage));
+    }
+    let wal_dir = dir.join("wal");
+    let aside = dir.join(format!("wal.damaged-{}", crate::topics::now_ms()));
+    if wal_dir.exists() {
         std::fs::rename(&wal_dir, &aside)?;
-        std::fs::File::open(dir)?.sync_all()?;
-        // Derived from the log set aside.
-        scan::Snapshot::remove(dir);
-        crate::metrics::Metrics::count(&crate::metrics::metrics().counters.damaged_replicas, 1);
-        let (file, position, reason) = match &damage {
-            helix_wal::WalError::Corrupt {
-                file,
-                position,
-                reason,
-            } => (file.display().to_string(), *position, reason.clone()),
-            other => (String::new(), 0, other.to_string()),
-        };
-        tracing::error!(
-            topic,
-            index,
-            group = settings.spec.group.0,
+    }
+    // Derived from the log set aside.
+    scan::Snapshot::remove(dir);
+    match std::fs::remove_file(dir.join(MARK)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    hard_state.learner = true;
+    vote.store(*hard_state)?;
+    crate::metrics::Metrics::count(&crate::metrics::metrics().counters.damaged_replicas, 1);
+    let (file, position, reason) = match &damage {
+        helix_wal::WalError::Corrupt {
             file,
             position,
             reason,
-            set_aside = %aside.display(),
-            "damaged data in this replica's log: the log is set aside and the replica rejoins empty as a learner; it votes again once the leader has restored it"
-        );
-        Ok(Learner { wal_dir })
-    }
+        } => (file.display().to_string(), *position, reason.clone()),
+        other => (String::new(), 0, other.to_string()),
+    };
+    tracing::error!(
+        topic,
+        index,
+        group = settings.spec.group.0,
+        file,
+        position,
+        reason,
+        set_aside = %aside.display(),
+        "damaged data in this replica's log: the log is set aside and the replica rejoins empty as a learner; it votes again once the leader has restored it"
+    );
+    Ok(PartitionLog::open(&wal_dir, settings.log.clone())?)
+}
 
-    /// The vote record says "learner" before anything else happens, so a
-    /// crash before the replica is restored leaves it a learner.
-    pub(super) fn persist(&self, file: &HardStateFile, hard_state: HardState) -> Result<HardState> {
-        let hs = HardState {
-            learner: true,
-            ..hard_state
-        };
-        file.store(hs)?;
-        Ok(hs)
+/// Records that a read found `damage` (the replica stood down): the next
+/// open of `dir` sets its log aside. Written once, durably.
+pub(super) fn mark(dir: &Path, damage: &str) -> Result<()> {
+    let path = dir.join(MARK);
+    if !path.exists() {
+        std::fs::write(&path, damage)?;
+        std::fs::File::open(&path)?.sync_all()?;
+        std::fs::File::open(dir)?.sync_all()?;
     }
+    Ok(())
+}
 
-    pub(super) fn reopen(
-        self,
-        settings: &PartitionSettings,
-    ) -> Result<(PartitionLog, helix_wal::Recovery)> {
-        Ok(PartitionLog::open(&self.wal_dir, settings.log.clone())?)
-    }
+/// The damage a read recorded in `dir`, if any.
+pub(super) fn marked(dir: &Path) -> Option<helix_wal::WalError> {
+    let reason = std::fs::read_to_string(dir.join(MARK)).ok()?;
+    Some(helix_wal::WalError::Corrupt {
+        file: dir.join("wal"),
+        position: 0,
+        reason: format!("found on read before the last stop: {}", reason.trim()),
+    })
 }

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use helix_raft::{GroupId, NodeId, RaftGroup, Role, Term};
+use helix_raft::{GroupId, HardState, NodeId, RaftGroup, Role, Term};
 use helix_wal::{LogConfig, LogReader, PartitionLog};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -125,7 +125,22 @@ pub fn recover(
     // Damage inside flushed data (in the active segment's checkpointed
     // range, or a sealed segment that does not hold what its metadata
     // claims) is refused, never cut (ADR 0001).
-    let (log, recovery) = match PartitionLog::open(&wal_dir, settings.log.clone()) {
+    let rejoin = |damage, hard_state: &mut HardState| {
+        learner::rejoin(
+            dir,
+            topic,
+            index,
+            &settings,
+            damage,
+            &hard_state_file,
+            hard_state,
+        )
+    };
+    let opened = match learner::marked(dir) {
+        Some(found_on_read) if settings.spec.voters.len() > 1 => Err(found_on_read),
+        _ => PartitionLog::open(&wal_dir, settings.log.clone()),
+    };
+    let (log, recovery) = match opened {
         Ok((log, recovery)) => match recovery.damaged.first() {
             None => (log, recovery),
             Some(d) => {
@@ -135,16 +150,10 @@ pub fn recover(
                     reason: d.reason.clone(),
                 };
                 drop(log);
-                let learner = learner::Learner::set_aside(dir, topic, index, &settings, damage)?;
-                hard_state = learner.persist(&hard_state_file, hard_state)?;
-                learner.reopen(&settings)?
+                rejoin(damage, &mut hard_state)?
             }
         },
-        Err(damage @ helix_wal::WalError::Corrupt { .. }) => {
-            let learner = learner::Learner::set_aside(dir, topic, index, &settings, damage)?;
-            hard_state = learner.persist(&hard_state_file, hard_state)?;
-            learner.reopen(&settings)?
-        }
+        Err(damage @ helix_wal::WalError::Corrupt { .. }) => rejoin(damage, &mut hard_state)?,
         Err(e) => return Err(e.into()),
     };
     let snapshot = scan::Snapshot::load(dir);
@@ -387,6 +396,25 @@ impl Partition {
     /// Whether a read found damaged data (the replica takes no writes).
     pub fn damaged(&self) -> Option<&str> {
         self.published.damaged.get().map(String::as_str)
+    }
+
+    /// The scrubber's read: whole batches from `from` (up to the high
+    /// watermark), every batch's CRC checked again on the stored bytes even
+    /// where this process verified them before. Damage is recorded as on
+    /// any read (the replica takes no more writes; in a cluster it stands
+    /// down). Empty at the high watermark.
+    pub fn scrub(&self, from: i64, max_bytes: usize) -> Result<Bytes> {
+        let reader = self.reader();
+        if from < reader.log_start_offset() {
+            return Err(HelixError::OffsetOutOfRange);
+        }
+        if from >= self.high_watermark().min(reader.next_offset()) {
+            return Ok(Bytes::new());
+        }
+        let read = reader
+            .reverify(from, max_bytes)
+            .map_err(|e| self.found(e))?;
+        Ok(read.bytes)
     }
 
     /// The current reader handle (cheap: a clone of an `Arc`).

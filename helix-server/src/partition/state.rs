@@ -72,6 +72,30 @@ impl PartitionState {
         }
     }
 
+    /// A read found damage in this replica's log: in a group with other
+    /// replicas it hands leadership to a healthy replica, never campaigns
+    /// again, and marks its directory so the next open sets the log aside
+    /// and rebuilds it from the leader (ADR 0016). True when it stood down
+    /// now.
+    pub fn stand_down_if_damaged(&self, group: &mut RaftGroup) -> bool {
+        let Some(why) = self.published.damaged.get() else {
+            return false;
+        };
+        if group.stood_down() || group.config().voters.len() < 2 {
+            return false;
+        }
+        group.stand_down();
+        if let Err(e) = super::learner::mark(&self.dir, why) {
+            tracing::error!(dir = %self.dir.display(), error = %e, "cannot record the damage for the next start");
+        }
+        tracing::warn!(
+            group = group.group().0,
+            dir = %self.dir.display(),
+            "damaged replica stands down: leadership moves to a healthy replica; its log is set aside and rebuilt from the leader at the next start"
+        );
+        true
+    }
+
     /// Whether appends are made durable by fsync (group-committed).
     pub fn fsync(&self) -> bool {
         self.log

@@ -87,6 +87,11 @@ pub struct Shard {
     /// A balancing round is under way: a few groups are handed back every
     /// [`BALANCE_STEP_TICKS`] until none is left to move.
     balancing: bool,
+    /// Hand-backs started: (term at the start, tick). Still leading in that
+    /// term a balancing step later means the preferred replica did not take
+    /// over (it stood down after finding damage, ADR 0016): the group is
+    /// left alone for [`HANDBACK_RETRY_ROUNDS`] balancing intervals.
+    handbacks: HashMap<GroupId, (helix_raft::Term, u64)>,
     tick_pending: Arc<AtomicBool>,
 }
 
@@ -96,6 +101,9 @@ pub struct Shard {
 const BALANCE_BATCH: usize = 2;
 /// Ticks between two steps of a balancing round (0.5 s by default).
 const BALANCE_STEP_TICKS: u64 = 10;
+/// Balancing intervals a group is left alone after a hand-back that did not
+/// happen (each failed attempt holds its produce for an election timeout).
+const HANDBACK_RETRY_ROUNDS: u64 = 3;
 
 /// What a shard shares with the host.
 pub struct ShardContext {
@@ -131,6 +139,7 @@ impl Shard {
             changes: cx.changes,
             balance_every: cx.balance_every,
             balancing: false,
+            handbacks: HashMap::new(),
             tick_pending: cx.tick_pending,
         }
     }
@@ -182,6 +191,13 @@ impl Shard {
                 }
                 if self.balancing && self.ticks.is_multiple_of(BALANCE_STEP_TICKS) {
                     self.balancing = self.restore_preferred_leaders(BALANCE_BATCH);
+                }
+                for (id, state) in &self.states {
+                    if let Some(g) = self.multi.group_mut(*id)
+                        && state.stand_down_if_damaged(g)
+                    {
+                        self.touched.insert(*id);
+                    }
                 }
             }
             ShardInput::StepDownAll => self.step_down_all(),
@@ -474,6 +490,13 @@ impl Shard {
                 moving += 1;
                 continue;
             }
+            if let Some(&(term, at)) = self.handbacks.get(&id) {
+                let retry_after =
+                    HANDBACK_RETRY_ROUNDS.saturating_mul(self.balance_every.unwrap_or(0));
+                if term == status.term && self.ticks < at.saturating_add(retry_after) {
+                    continue; // it did not take over: leave it be for a while
+                }
+            }
             let caught_up = status.followers.iter().any(|f| {
                 f.node == preferred
                     && f.matched == status.last_index
@@ -490,6 +513,7 @@ impl Shard {
                     "handing leadership back to the preferred replica"
                 );
                 g.transfer_leader(preferred);
+                self.handbacks.insert(id, (status.term, self.ticks));
                 self.touched.insert(id);
                 moving += 1;
             }
@@ -526,6 +550,7 @@ impl Shard {
         self.catch_ups.forget(id);
         self.isr.remove(&id);
         self.caught_up.remove(&id);
+        self.handbacks.remove(&id);
     }
 }
 

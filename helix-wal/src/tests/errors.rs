@@ -490,3 +490,33 @@ fn a_torn_tail_past_an_unflushed_checkpoint_is_still_cut() {
     let r = log.reader().read(0, 1 << 20).unwrap();
     assert_eq!(&r.bytes[..], &all[..r.bytes.len()]);
 }
+
+#[test]
+fn a_reverify_finds_damage_in_bytes_this_process_already_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), small_config()).unwrap();
+    let mut all = Vec::new();
+    for i in 1..=30 {
+        all.push(append_batches(&mut log, pos(1, i), 1, 1, 0, 300));
+    }
+    let r = log.reader();
+    let path = crate::segment::log_path(dir.path(), 0);
+    assert!(r.reverify(0, 1 << 20).is_ok(), "undamaged");
+    assert_eq!(&r.read(2, 1).unwrap().bytes[..], &all[2][..]);
+    // The stored bytes rot after this process verified them.
+    let third = (all[0].len() + all[1].len()) as u64;
+    let mut raw = fs::read(&path).unwrap();
+    raw[third as usize + 100] ^= 0x04;
+    fs::write(&path, raw).unwrap();
+    match r.reverify(0, 1 << 20) {
+        Err(WalError::Corrupt { file, position, .. }) => {
+            assert_eq!(file, path);
+            assert_eq!(position, third);
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // Recorded: ordinary reads now stop before the damage too.
+    assert!(matches!(r.read(2, 1), Err(WalError::Corrupt { .. })));
+    assert_eq!(r.read(0, 1 << 20).unwrap().next_offset, 2);
+    assert_eq!(&r.read(29, 1).unwrap().bytes[..], &all[29][..]);
+}
