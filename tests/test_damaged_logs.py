@@ -12,7 +12,9 @@ serves."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -122,3 +124,81 @@ def test_damage_found_by_the_scrubber_stops_writes_and_reads_before_it_still_wor
             assert first_value.startswith(b"000000"), first_value
     finally:
         b.stop()
+
+
+def produce_batches(bootstrap: str, topic: str, partition: int, n: int) -> None:
+    """n records, ten to a batch, ~1 kB a batch: several 4 kB segments."""
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    acked = []
+    for i in range(n):
+        p.produce(topic, value=b"%06d" % i + b"x" * 100, partition=partition,
+                  on_delivery=lambda err, msg: acked.append(err is None))
+        if i % 10 == 9:
+            assert p.flush(30) == 0
+    assert p.flush(30) == 0
+    assert len(acked) == n and all(acked)
+
+
+def _cut_active_log(wal: Path) -> Path:
+    victim = sorted(wal.glob("*.log"))[-1]
+    os.truncate(victim, victim.stat().st_size - 100)
+    return victim
+
+
+def _flip_entries_slot(wal: Path) -> Path:
+    victim = sorted(wal.glob("*.entries"))[-1]
+    raw = bytearray(victim.read_bytes())
+    raw[48 + 20] ^= 0x10  # the second entry's record (48 bytes each)
+    victim.write_bytes(bytes(raw))
+    return sorted(wal.glob("*.log"))[-1]
+
+
+def _cut_sealed_log(wal: Path) -> Path:
+    victim = sorted(wal.glob("*.log"))[0]
+    os.truncate(victim, victim.stat().st_size - 100)
+    return victim
+
+
+@pytest.mark.parametrize("damage", [_cut_active_log, _flip_entries_slot, _cut_sealed_log],
+                         ids=["active-log-cut", "entries-slot", "sealed-log-cut"])
+def test_damage_at_each_place_refuses_that_partition_and_clients_use_the_rest(fresh_broker, topic, damage):
+    """Damage injected into a stopped broker's files at each place inside
+    what it had flushed: the damaged partition is refused (no write is
+    acknowledged at a reused offset), one log line names the file, and
+    confluent-kafka and kcat produce and consume the node's other
+    partition as before."""
+    b = fresh_broker
+    clients.create_topic(b.bootstrap, topic, 2, config={"segment.bytes": "4096"})
+    produce_batches(b.bootstrap, topic, 0, 200)
+    produce_batches(b.bootstrap, topic, 1, 50)
+    assert b.stop() == 0, "clean SIGTERM"
+    wal = next((b.data_dir / "topics").glob("*/0/wal"))
+    assert len(list(wal.glob("*.log"))) > 2
+    named = damage(wal)
+
+    b.start()
+    with kwire.Conn(b.host, b.port) as conn:
+        batch = kwire.record_batch([kwire.Record(key=None, value=b"after-damage")])
+        answers = conn.produce(topic, {0: batch}, acks=-1, timeout_ms=5000)
+        assert answers[0][0] == KAFKA_STORAGE_ERROR, f"a write to the damaged partition: {answers}"
+    log = b.log.read_text(errors="replace")
+    refused = [line for line in log.splitlines() if "replica refused" in line]
+    assert len(refused) == 1 and str(named.parent) in refused[0], f"{refused}\n{b.log_tail()}"
+    assert "torn or corrupt tail cut" not in log
+    assert sum(str(named) in line for line in log.splitlines()) == 1, "the damage is told once"
+
+    # confluent-kafka: a producer with a short timeout gets the storage error.
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": b.bootstrap, "acks": "all",
+                  "message.timeout.ms": 3000})
+    errs: list = []
+    p.produce(topic, value=b"refused", partition=0, on_delivery=lambda err, msg: errs.append(err))
+    p.flush(20)
+    assert len(errs) == 1 and errs[0] is not None, errs
+
+    # The other partition: confluent-kafka produces, kcat reads everything.
+    produce_batches(b.bootstrap, topic, 1, 20)
+    out = subprocess.run(["kcat", "-b", b.bootstrap, "-C", "-t", topic, "-p", "1", "-o", "beginning", "-e",
+                          "-f", "%s\\n"], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    values = out.stdout.decode().split()
+    assert len(values) == 70 and values[0].startswith("000000") and values[-1].startswith("000019"), values[-3:]
