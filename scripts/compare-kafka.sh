@@ -82,10 +82,23 @@ bootstrap() { # nodes from port $1
   echo "$list"
 }
 
+# Both brokers start from the same page cache: written-back and dropped.
+# A full cache (earlier runs' log pages) slowed every broker's writes by 2-3x
+# on this VM (the kernel copies into pages it must reclaim first), and the
+# broker measured second found the first one's pages freed with its data
+# directory: Kafka after Helix ran on an empty cache, Helix on a full one.
+settle_page_cache() {
+  sync
+  if ! { echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then
+    echo "compare-kafka.sh: cannot drop the page cache (needs root): the two runs may start unequal" >&2
+  fi
+}
+
 measure() { # label bootstrap pids...: runs the profile, writes $out/label.json and $out/label.brokers.json
   local label=$1 servers=$2
   shift 2
   local before after rc=0
+  settle_page_cache
   # An unmeasured 5 s first, so that neither broker is measured cold (the
   # JVM's JIT, Helix's first segments).
   "$workload" --bootstrap "$servers" --profile "$profile" --duration 5 --warmup 0 --verify false \

@@ -15,28 +15,26 @@ use helix_workload::cluster::LocalCluster;
 use helix_workload::profile::Profile;
 
 /// Builds helix-server in this test's own profile (debug or release), so
-/// the cluster runs the code of this checkout, and returns its path.
+/// the cluster runs the code of this checkout (unless `$HELIX_SERVER_BIN`
+/// names one), and finds it as the tool does.
 fn server_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("HELIX_SERVER_BIN") {
-        return PathBuf::from(bin);
+    if std::env::var_os("HELIX_SERVER_BIN").is_none() {
+        // target/<profile>/deps/steady_state_throughput-<hash>
+        let exe = std::env::current_exe().unwrap();
+        let release = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .and_then(|profile| profile.file_name())
+            .is_some_and(|name| name == "release");
+        let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        build.args(["build", "-p", "helix-server"]);
+        if release {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
+        assert!(status.success(), "building helix-server failed");
     }
-    // target/<profile>/deps/steady_state_throughput-<hash>
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    build.args(["build", "-p", "helix-server"]);
-    if profile_dir
-        .file_name()
-        .is_some_and(|name| name == "release")
-    {
-        build.arg("--release");
-    }
-    let status = build.status().expect("cargo runs");
-    assert!(status.success(), "building helix-server failed");
-    profile_dir.join("helix-server")
+    helix_workload::cluster::server_binary().unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
