@@ -45,6 +45,17 @@ def wait_for_line(node, text: str, timeout: float = 60.0) -> str:
     raise AssertionError(f"node {node.id} never logged {text!r}:\n{node.log_tail()}")
 
 
+def assert_restored_byte_for_byte(c: HelixCluster, victim, samples: tuple[int, ...]) -> None:
+    """With the cluster stopped: partition 0's log on the restored replica is
+    byte-identical to the healthy replicas', which hold the sampled records."""
+    stored = c.stored_logs()
+    healthy = [stored[n.id][0] for n in c.nodes if n is not victim]
+    assert healthy[0] == healthy[1], "the healthy replicas differ"
+    assert stored[victim.id][0] == healthy[0], "the restored replica differs from the others"
+    for i in samples:
+        assert b"%06d" % i in healthy[0], i
+
+
 def test_a_damaged_follower_rejoins_as_a_learner_and_is_restored_byte_for_byte(tmp_path, topic):
     c = HelixCluster(tmp_path, 3, args=FAST).start()
     try:
@@ -74,13 +85,7 @@ def test_a_damaged_follower_rejoins_as_a_learner_and_is_restored_byte_for_byte(t
         wait_fully_in_sync(c, topic)
     finally:
         c.stop()
-    stored = c.stored_logs()
-    others = [stored[n.id][0] for n in c.nodes if n is not victim]
-    assert others[0] == others[1], "the healthy replicas differ"
-    assert stored[victim.id][0] == others[0], "the restored replica differs from the others"
-    # 3,000 records: every acknowledged one is in the replicas' logs.
-    for i in (0, 1999, 2000, 2499, 2999):
-        assert b"%06d" % i in others[0], i
+    assert_restored_byte_for_byte(c, victim, (0, 1999, 2000, 2499, 2999))
 
 
 def leader_of(c: HelixCluster, topic: str) -> int | None:
@@ -159,8 +164,4 @@ def test_a_leader_that_reads_damage_hands_over_and_is_rebuilt_at_its_next_start(
         wait_fully_in_sync(c, topic)
     finally:
         c.stop()
-    stored = c.stored_logs()
-    healthy = [stored[n.id][0] for n in c.nodes if n is not victim]
-    assert healthy[0] == healthy[1] == stored[victim.id][0], "replicas differ"
-    for i in (0, 299, 300, 399, 499):
-        assert b"%06d" % i in healthy[0], i
+    assert_restored_byte_for_byte(c, victim, (0, 299, 300, 399, 499))

@@ -33,6 +33,13 @@ def set_config(bootstrap: str, topic: str, name: str, value: str) -> None:
     fut.result(timeout=30)
 
 
+def earliest_offset(bootstrap: str, topic: str) -> int:
+    """Partition 0's log start offset (ListOffsets earliest)."""
+    a = clients.admin(bootstrap)
+    (fut,) = a.list_offsets({TopicPartition(topic, 0): OffsetSpec.earliest()}, request_timeout=30).values()
+    return fut.result(timeout=30).offset
+
+
 def produce_one(bootstrap: str, topic: str, value: bytes) -> KafkaError | None:
     p = Producer({**clients.RDKAFKA, "bootstrap.servers": bootstrap, "acks": "all", "message.max.bytes": 2_000_000,
                   "message.timeout.ms": 20_000, "retries": 0})
@@ -89,8 +96,7 @@ def test_delete_records_moves_log_start_offset(broker, topic):
     tp = TopicPartition(topic, 0, 4)
     (fut,) = a.delete_records([tp], request_timeout=30).values()
     assert fut.result(timeout=30).low_watermark == 4
-    (fut,) = a.list_offsets({TopicPartition(topic, 0): OffsetSpec.earliest()}, request_timeout=30).values()
-    assert fut.result(timeout=30).offset == 4
+    assert earliest_offset(broker.bootstrap, topic) == 4
     with kwire.Conn(broker.host, broker.port) as conn:
         assert conn.fetch(topic, 0, 2, max_wait_ms=0)[0] == 1  # OFFSET_OUT_OF_RANGE below the start
         (first, *_rest) = conn.fetch_all(topic, 0, 10, start_offset=4)
@@ -108,21 +114,15 @@ def test_retention_change_takes_effect(broker, topic):
     for i in range(60):
         p.produce(topic, value=b"%03d-" % i + b"r" * 200, partition=0, timestamp=old)
         p.flush(30)
-    a = clients.admin(broker.bootstrap)
-    tp = TopicPartition(topic, 0)
-
-    def earliest() -> int:
-        (fut,) = a.list_offsets({tp: OffsetSpec.earliest()}, request_timeout=30).values()
-        return fut.result(timeout=30).offset
-
-    assert earliest() == 0
+    assert earliest_offset(broker.bootstrap, topic) == 0
     set_config(broker.bootstrap, topic, "retention.ms", "60000")  # records are an hour old
     deadline = time.monotonic() + 90
-    while earliest() == 0 and time.monotonic() < deadline:
+    while earliest_offset(broker.bootstrap, topic) == 0 and time.monotonic() < deadline:
         time.sleep(1)
-    start = earliest()
+    start = earliest_offset(broker.bootstrap, topic)
     assert start > 0, "retention.ms lowered on a live topic deleted nothing within 90 s"
-    (fut,) = a.list_offsets({tp: OffsetSpec.latest()}, request_timeout=30).values()
+    a = clients.admin(broker.bootstrap)
+    (fut,) = a.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()}, request_timeout=30).values()
     assert fut.result(timeout=30).offset == 60
     with kwire.Conn(broker.host, broker.port) as conn:
         assert conn.fetch(topic, 0, 0, max_wait_ms=0)[0] == 1  # OFFSET_OUT_OF_RANGE: deleted
@@ -284,19 +284,12 @@ def test_segment_ms_rolls_the_active_segment(broker, topic):
     time.sleep(1.5)
     (report,) = _deliver(broker.bootstrap, topic, [(b"new", None)])
     assert report[0] is None and report[2] == 5, report
-    a = clients.admin(broker.bootstrap)
-    tp = TopicPartition(topic, 0)
-
-    def earliest() -> int:
-        (fut,) = a.list_offsets({tp: OffsetSpec.earliest()}, request_timeout=30).values()
-        return fut.result(timeout=30).offset
-
-    assert earliest() == 0
+    assert earliest_offset(broker.bootstrap, topic) == 0
     set_config(broker.bootstrap, topic, "retention.ms", "60000")
     deadline = time.monotonic() + 90
-    while earliest() == 0 and time.monotonic() < deadline:
+    while earliest_offset(broker.bootstrap, topic) == 0 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert earliest() == 5, "the rolled segment of hour-old records was not deleted"
+    assert earliest_offset(broker.bootstrap, topic) == 5, "the rolled segment of hour-old records was not deleted"
 
 
 def kafka_configs(bootstrap: str, *args: str) -> tuple[int, str]:

@@ -135,6 +135,18 @@ impl Cluster {
         out
     }
 
+    /// Three replicas, node 1 elected, `data` proposed and settled.
+    fn led_by_node_1_holding(data: &'static [u8]) -> Self {
+        let mut c = Cluster::new(3);
+        c.nodes[0].campaign();
+        c.settle();
+        c.nodes[0]
+            .propose(Bytes::from_static(data))
+            .expect("leader");
+        c.settle();
+        c
+    }
+
     /// Delivers messages round by round until quiet; returns rounds (hops).
     fn settle(&mut self) -> usize {
         let mut rounds = 0;
@@ -190,13 +202,7 @@ fn three_voters_elect_replicate_and_acknowledge() {
 
 #[test]
 fn leader_transfer_hands_over_leadership() {
-    let mut c = Cluster::new(3);
-    c.nodes[0].campaign();
-    c.settle();
-    c.nodes[0]
-        .propose(Bytes::from_static(b"a"))
-        .expect("leader");
-    c.settle();
+    let mut c = Cluster::led_by_node_1_holding(b"a");
     c.nodes[0].transfer_leader(NodeId(3));
     assert!(matches!(
         c.nodes[0].propose(Bytes::new()),
@@ -417,13 +423,7 @@ fn a_replica_that_lost_its_log_rejoins_as_a_learner_until_restored() {
 
 #[test]
 fn a_leader_that_stands_down_hands_over_and_never_campaigns_again() {
-    let mut c = Cluster::new(3);
-    c.nodes[0].campaign();
-    c.settle();
-    c.nodes[0]
-        .propose(Bytes::from_static(b"a"))
-        .expect("leader");
-    c.settle();
+    let mut c = Cluster::led_by_node_1_holding(b"a");
     c.nodes[0].stand_down();
     c.settle();
     assert_ne!(c.nodes[0].role(), Role::Leader);

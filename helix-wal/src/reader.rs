@@ -15,8 +15,12 @@ use bytes::Bytes;
 use crate::budget::FileBudget;
 use crate::error::{Result, WalError};
 use crate::positions;
-use crate::segment::Segment;
+use crate::segment::{Chunk, Segment};
 use crate::types::{EpochEnd, RaftPosition, ReadResult};
+
+/// One segment's read from an offset, about `max_bytes`
+/// ([`Segment::read`] or [`Segment::reverify`]).
+type SegmentRead = fn(&Arc<Segment>, i64, usize, &FileBudget) -> Result<Option<Chunk>>;
 
 /// State the writer publishes to readers.
 #[derive(Debug)]
@@ -159,6 +163,27 @@ impl LogReader {
     /// segment boundary. Empty at the log end; `OffsetOutOfRange` outside
     /// `[log_start_offset, next_offset]`.
     pub fn read(&self, from_offset: i64, max_bytes: usize) -> Result<ReadResult> {
+        let empty = self.empty_at(from_offset)?;
+        if from_offset == empty.log_end_offset {
+            return Ok(empty);
+        }
+        self.read_segments(empty, max_bytes, Segment::read)
+    }
+
+    /// The scrubber's read: [`LogReader::read`] with every batch's CRC
+    /// checked again on the stored bytes, even those this process verified
+    /// before (see [`Segment::reverify`]).
+    pub fn reverify(&self, from_offset: i64, max_bytes: usize) -> Result<ReadResult> {
+        let empty = self.empty_at(from_offset)?;
+        if from_offset == empty.log_end_offset {
+            return Ok(empty);
+        }
+        self.read_segments(empty, max_bytes, Segment::reverify)
+    }
+
+    /// An empty read at `from_offset` carrying the log's bounds;
+    /// `OffsetOutOfRange` outside `[log_start_offset, next_offset]`.
+    fn empty_at(&self, from_offset: i64) -> Result<ReadResult> {
         let log_start = self.log_start_offset();
         let next = self.next_offset();
         if from_offset < log_start || from_offset > next {
@@ -168,29 +193,37 @@ impl LogReader {
                 next_offset: next,
             });
         }
-        let empty = ReadResult {
+        Ok(ReadResult {
             bytes: Bytes::new(),
             first_offset: from_offset,
             next_offset: from_offset,
             log_end_offset: next,
             log_start_offset: log_start,
-        };
-        if from_offset == next {
-            return Ok(empty);
-        }
+        })
+    }
+
+    /// Reads with `read_one` from the segment holding `at.first_offset`
+    /// (`at`: the empty read there, carrying the log's bounds, returned as
+    /// it is when no segment has a batch from there on).
+    fn read_segments(
+        &self,
+        at: ReadResult,
+        max_bytes: usize,
+        read_one: SegmentRead,
+    ) -> Result<ReadResult> {
+        let from_offset = at.first_offset;
         let segments = self.shared.snapshot();
         let start = segments
             .partition_point(|s| s.base_offset <= from_offset)
             .saturating_sub(1);
         for seg in &segments[start..] {
-            match seg.read(from_offset, max_bytes, &self.shared.budget) {
+            match read_one(seg, from_offset, max_bytes, &self.shared.budget) {
                 Ok(Some(chunk)) => {
                     return Ok(ReadResult {
                         bytes: chunk.bytes,
                         first_offset: chunk.first_offset,
                         next_offset: chunk.next_offset,
-                        log_end_offset: next,
-                        log_start_offset: log_start,
+                        ..at
                     });
                 }
                 // The segment says it holds the offset but no batch has it:
@@ -206,40 +239,7 @@ impl LogReader {
                 Err(e) => return Err(self.explain_race(from_offset, e)),
             }
         }
-        Ok(empty)
-    }
-
-    /// The scrubber's read: [`LogReader::read`] with every batch's CRC
-    /// checked again on the stored bytes, even those this process verified
-    /// before (see [`crate::segment::Segment::reverify`]).
-    pub fn reverify(&self, from_offset: i64, max_bytes: usize) -> Result<ReadResult> {
-        let empty = self.read(from_offset, 0)?;
-        if empty.bytes.is_empty() {
-            return Ok(empty);
-        }
-        let segments = self.shared.snapshot();
-        let start = segments
-            .partition_point(|s| s.base_offset <= from_offset)
-            .saturating_sub(1);
-        for seg in &segments[start..] {
-            match seg.reverify(from_offset, max_bytes, &self.shared.budget) {
-                Ok(Some(chunk)) => {
-                    return Ok(ReadResult {
-                        bytes: chunk.bytes,
-                        first_offset: chunk.first_offset,
-                        next_offset: chunk.next_offset,
-                        ..empty
-                    });
-                }
-                Ok(None) => continue,
-                Err(e) => return Err(self.explain_race(from_offset, e)),
-            }
-        }
-        Ok(ReadResult {
-            bytes: bytes::Bytes::new(),
-            next_offset: from_offset,
-            ..empty
-        })
+        Ok(at)
     }
 
     /// A read that failed because retention or truncation removed the
