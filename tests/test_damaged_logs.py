@@ -148,7 +148,7 @@ def _cut_active_log(wal: Path) -> Path:
 def _flip_entries_slot(wal: Path) -> Path:
     victim = sorted(wal.glob("*.entries"))[-1]
     raw = bytearray(victim.read_bytes())
-    raw[48 + 20] ^= 0x10  # the second entry's record (48 bytes each)
+    raw[20] ^= 0x10  # the active segment's first entry record (48 bytes each): it always has one
     victim.write_bytes(bytes(raw))
     return sorted(wal.glob("*.log"))[-1]
 

@@ -19,9 +19,9 @@ use crate::error::{HelixError, Result};
 const MARK: &str = "damaged";
 
 /// A replica whose log was found damaged inside flushed data, in a group
-/// with other replicas: its log is set aside whole (kept for the operator,
-/// `wal.damaged-<unix ms>`), its vote record says `learner` before anything
-/// else happens (a crash before it is restored leaves it a learner), and it
+/// with other replicas: its vote record says `learner` before anything else
+/// happens (a crash before it is restored leaves it a learner), its log is
+/// set aside whole (kept for the operator, `wal.damaged-<unix ms>`), and it
 /// reopens an empty WAL (ADR 0016). The only replica of a group is refused
 /// instead: there is no other copy.
 pub(super) fn rejoin(
@@ -36,6 +36,11 @@ pub(super) fn rejoin(
     if settings.spec.voters.len() == 1 {
         return Err(HelixError::Wal(damage));
     }
+    // The vote record says "learner" first: a crash at any later step
+    // leaves a learner (the next open finds the damage or the mark again,
+    // or an empty log), never a voter with a log it lost.
+    hard_state.learner = true;
+    vote.store(*hard_state)?;
     let wal_dir = dir.join("wal");
     let aside = dir.join(format!("wal.damaged-{}", crate::topics::now_ms()));
     if wal_dir.exists() {
@@ -48,8 +53,6 @@ pub(super) fn rejoin(
         _ => {}
     }
     std::fs::File::open(dir)?.sync_all()?;
-    hard_state.learner = true;
-    vote.store(*hard_state)?;
     crate::metrics::Metrics::count(&crate::metrics::metrics().counters.damaged_replicas, 1);
     let (file, position, reason) = match &damage {
         helix_wal::WalError::Corrupt {
