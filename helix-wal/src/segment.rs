@@ -138,6 +138,8 @@ pub struct SegmentState {
 /// Batches found by a read within one segment.
 pub struct Chunk {
     pub bytes: Bytes,
+    /// Where `bytes` start in the segment's `.log`.
+    pub position: u64,
     pub first_offset: i64,
     pub next_offset: i64,
 }
@@ -402,19 +404,19 @@ impl Segment {
             }
             return Ok(Some(Chunk {
                 bytes: chunk.slice(0..keep),
+                position: pos,
                 first_offset: first.base_offset,
                 next_offset: next_ok,
             }));
         }
         Ok(Some(Chunk {
             bytes: chunk.slice(0..taken),
+            position: pos,
             first_offset: first.base_offset,
             next_offset: next,
         }))
     }
 
-    /// Bytes `[from, to)`, which must be whole batches (an entry's range),
-    /// verified before they are returned.
     /// The scrubber's read: like [`Segment::read`] (whole batches from the
     /// one holding `from`, about `max_bytes`), but every batch's CRC is
     /// checked again on the bytes as they are now, even where this process
@@ -430,17 +432,10 @@ impl Segment {
         let Some(chunk) = self.read(from, max_bytes, budget)? else {
             return Ok(None);
         };
-        let src = self.source(budget)?;
-        let Some((pos, _)) = self.find_batch(&src, chunk.first_offset, self.len(), |h| {
-            h.base_offset >= chunk.first_offset
-        })?
-        else {
-            return Ok(Some(chunk));
-        };
         for b in batch::Batches::new(&chunk.bytes) {
             let Ok((_, range)) = b else { break };
             if let Err(e) = batch::verify_crc(&chunk.bytes[range.clone()]) {
-                let at = pos + range.start as u64;
+                let at = chunk.position + range.start as u64;
                 let reason = format!("a batch fails its CRC when re-read: {e}");
                 self.mark_damaged(at, &reason);
                 return Err(self.corrupt(at, &reason));
@@ -449,6 +444,8 @@ impl Segment {
         Ok(Some(chunk))
     }
 
+    /// Bytes `[from, to)`, which must be whole batches (an entry's range),
+    /// verified before they are returned.
     pub fn read_range(self: &Arc<Self>, from: u64, to: u64, budget: &FileBudget) -> Result<Bytes> {
         if to > self.len() {
             return Err(self.corrupt(to, "entry ends beyond the segment's data"));

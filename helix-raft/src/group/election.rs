@@ -11,7 +11,7 @@ impl RaftGroup {
     /// Follower and (pre-)candidate tick: campaign when the timeout expires.
     pub(super) fn tick_election(&mut self) {
         self.election_elapsed = self.election_elapsed.saturating_add(1);
-        if self.election_elapsed >= self.randomized_timeout && !self.learner && !self.stood_down {
+        if self.election_elapsed >= self.randomized_timeout && self.may_stand() {
             self.election_elapsed = 0;
             if self.cfg.pre_vote {
                 self.become_pre_candidate();

@@ -224,7 +224,7 @@ impl RaftGroup {
 
     /// Starts an election now (a one-voter group becomes leader at once).
     pub fn campaign(&mut self) {
-        if self.role != Role::Leader && !self.learner && !self.stood_down {
+        if self.role != Role::Leader && self.may_stand() {
             self.become_candidate(false);
         }
     }
@@ -251,6 +251,12 @@ impl RaftGroup {
                 self.become_follower(term, None);
             }
         }
+    }
+
+    /// Whether this replica may stand for election: not a learner (it lost
+    /// its log) and not stood down (its stored data is damaged).
+    fn may_stand(&self) -> bool {
+        !self.learner && !self.stood_down
     }
 
     /// Whether [`RaftGroup::stand_down`] was called.

@@ -156,7 +156,7 @@ impl RaftGroup {
                 }
             }
             MessageBody::TimeoutNow => {
-                if self.role == Role::Follower && !self.learner && !self.stood_down {
+                if self.role == Role::Follower && self.may_stand() {
                     self.become_candidate(true);
                 }
             }

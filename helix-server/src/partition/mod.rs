@@ -344,6 +344,17 @@ impl Partition {
     /// out of range: a new leader may not have learned yet what its
     /// predecessor acknowledged (Kafka answers the same way).
     pub fn read(&self, from: i64, max_bytes: usize) -> Result<Bytes> {
+        self.read_with(from, max_bytes, LogReader::read)
+    }
+
+    /// [`Partition::read`] through `wal_read` (the WAL's read, or the
+    /// scrubber's re-verifying one).
+    fn read_with(
+        &self,
+        from: i64,
+        max_bytes: usize,
+        wal_read: fn(&LogReader, i64, usize) -> helix_wal::Result<helix_wal::ReadResult>,
+    ) -> Result<Bytes> {
         let hw = self.high_watermark();
         let reader = self.reader();
         if from < reader.log_start_offset() || from > hw.max(reader.next_offset()) {
@@ -352,7 +363,7 @@ impl Partition {
         if from >= hw {
             return Ok(Bytes::new());
         }
-        let read = reader.read(from, max_bytes).map_err(|e| self.found(e))?;
+        let read = wal_read(&reader, from, max_bytes).map_err(|e| self.found(e))?;
         if read.next_offset <= hw {
             return Ok(read.bytes);
         }
@@ -398,23 +409,12 @@ impl Partition {
         self.published.damaged.get().map(String::as_str)
     }
 
-    /// The scrubber's read: whole batches from `from` (up to the high
-    /// watermark), every batch's CRC checked again on the stored bytes even
-    /// where this process verified them before. Damage is recorded as on
-    /// any read (the replica takes no more writes; in a cluster it stands
-    /// down). Empty at the high watermark.
+    /// The scrubber's read: [`Partition::read`] with every batch's CRC
+    /// checked again on the stored bytes, even where this process verified
+    /// them before. Damage is recorded as on any read (the replica takes no
+    /// more writes; in a cluster it stands down).
     pub fn scrub(&self, from: i64, max_bytes: usize) -> Result<Bytes> {
-        let reader = self.reader();
-        if from < reader.log_start_offset() {
-            return Err(HelixError::OffsetOutOfRange);
-        }
-        if from >= self.high_watermark().min(reader.next_offset()) {
-            return Ok(Bytes::new());
-        }
-        let read = reader
-            .reverify(from, max_bytes)
-            .map_err(|e| self.found(e))?;
-        Ok(read.bytes)
+        self.read_with(from, max_bytes, LogReader::reverify)
     }
 
     /// The current reader handle (cheap: a clone of an `Arc`).
