@@ -172,7 +172,7 @@ def test_ready_is_false_while_a_replica_is_behind_and_lag_returns_to_zero(cluste
     third = cluster.node(3)
     third.stop()
     live = cluster.live_bootstrap()
-    produce(live, topic, 20_000, size=1000)
+    produce(live, topic, 20_000, size=1000, partitions=3)
     third.start(wait=False)
     seen = wait_ready(third)
     # It answered before it was ready (recovering, then behind), and said why.
