@@ -130,6 +130,14 @@ impl MultiRaft {
         }
     }
 
+    /// The host's connection to `node` broke: every group following it
+    /// campaigns soon ([`RaftGroup::peer_lost`]).
+    pub fn peer_lost(&mut self, node: NodeId) {
+        for g in self.groups.values_mut() {
+            g.peer_lost(node);
+        }
+    }
+
     pub fn propose(&mut self, group: GroupId, data: Bytes) -> Result<LogIndex, ProposeError> {
         match self.groups.get_mut(&group) {
             Some(g) => g.propose(data),

@@ -89,6 +89,8 @@ struct Cluster {
     wals: Vec<Vec<Entry>>,
     acked: Vec<LogIndex>,
     hops: usize,
+    /// A node that is down: not driven, messages to it dropped.
+    down: Option<usize>,
 }
 
 impl Cluster {
@@ -106,6 +108,7 @@ impl Cluster {
             wals: vec![Vec::new(); n as usize],
             acked: vec![LogIndex(0); n as usize],
             hops: 0,
+            down: None,
         }
     }
 
@@ -153,6 +156,9 @@ impl Cluster {
         loop {
             let mut msgs = Vec::new();
             for i in 0..self.nodes.len() {
+                if self.down == Some(i) {
+                    continue;
+                }
                 while self.nodes[i].has_ready() {
                     let rd = self.nodes[i].ready();
                     msgs.extend(self.handle(i, rd));
@@ -164,6 +170,9 @@ impl Cluster {
             rounds += 1;
             for m in msgs {
                 let to = (m.to.0 - 1) as usize;
+                if self.down == Some(to) {
+                    continue;
+                }
                 self.nodes[to].step(m).expect("well addressed");
             }
         }
@@ -450,4 +459,78 @@ fn a_leader_that_stands_down_hands_over_and_never_campaigns_again() {
         "only its first election"
     );
     assert!(c.nodes[0].stood_down());
+}
+
+#[test]
+fn followers_of_a_lost_leader_campaign_at_once_next_in_line_first() {
+    let mut c = Cluster::led_by_node_1_holding(b"a");
+    c.down = Some(0);
+    // Node 2 is next after node 1 in the voter list: it stands at once,
+    // not after an election timeout of 10 ticks or more.
+    c.nodes[1].peer_lost(NodeId(1));
+    c.nodes[2].peer_lost(NodeId(1));
+    assert_eq!(c.nodes[2].leader(), None, "the lost leader is forgotten");
+    c.settle();
+    assert_eq!(c.nodes[1].role(), Role::Leader);
+    assert_eq!(c.nodes[2].leader(), Some(NodeId(2)));
+    for _ in 0..3 {
+        c.nodes[1].tick();
+        c.nodes[2].tick();
+        c.settle();
+    }
+    assert_eq!(
+        c.nodes[2].status().elections_started,
+        0,
+        "node 3, second in line, found a leader before its turn"
+    );
+    assert_eq!(c.nodes[1].status().elections_started, 1);
+    let idx = c.nodes[1]
+        .propose(Bytes::from_static(b"b"))
+        .expect("leader");
+    c.settle();
+    assert_eq!(c.acked[1], idx);
+    assert_eq!(c.wals[2].len(), c.wals[1].len());
+}
+
+#[test]
+fn a_lost_connection_to_a_live_leader_does_not_depose_it() {
+    let mut c = Cluster::led_by_node_1_holding(b"a");
+    let term = c.nodes[0].term();
+    // Node 2's connection to node 1 broke, the others' did not: node 2,
+    // first in line, asks for pre-votes at once.
+    c.nodes[1].peer_lost(NodeId(1));
+    assert_eq!(c.nodes[1].role(), Role::PreCandidate);
+    c.settle();
+    assert_eq!(c.nodes[0].role(), Role::Leader, "node 3 still hears node 1");
+    for n in &c.nodes {
+        assert_eq!(n.term(), term, "a refused pre-vote raises no term");
+    }
+    // The leader's next heartbeat makes it node 2's known leader again.
+    c.nodes[0].tick();
+    c.settle();
+    assert_eq!(c.nodes[1].role(), Role::Follower);
+    assert_eq!(c.nodes[1].leader(), Some(NodeId(1)));
+    // A lost connection to a node that leads nothing changes nothing.
+    c.nodes[1].peer_lost(NodeId(3));
+    assert_eq!(c.nodes[1].leader(), Some(NodeId(1)));
+}
+
+#[test]
+fn the_second_in_line_stands_when_the_first_was_refused() {
+    let mut c = Cluster::led_by_node_1_holding(b"a");
+    c.down = Some(0);
+    // Node 2 notices first; node 3 still counts node 1 as its leader and
+    // refuses the pre-vote.
+    c.nodes[1].peer_lost(NodeId(1));
+    c.settle();
+    assert_eq!(c.nodes[1].role(), Role::PreCandidate);
+    assert_eq!(c.nodes[2].leader(), Some(NodeId(1)));
+    // Node 3 notices: second in line, it stands at its next tick, and node
+    // 2 grants it.
+    c.nodes[2].peer_lost(NodeId(1));
+    c.nodes[1].tick();
+    c.nodes[2].tick();
+    c.settle();
+    assert_eq!(c.nodes[2].role(), Role::Leader);
+    assert_eq!(c.nodes[1].leader(), Some(NodeId(3)));
 }

@@ -88,6 +88,8 @@ fn acknowledged_entries_survive_every_fault_schedule() {
             ("check-quorum off", stats.check_quorum_off_runs),
             ("log lost at a restart", stats.disk_losses),
             ("learner restored", stats.learners_restored),
+            ("lost connection", stats.links_lost),
+            ("lost connection to a live node", stats.spurious_links_lost),
             ("replay", n.replays),
             ("long delay", n.long_delays),
             ("held by a partition", n.held),

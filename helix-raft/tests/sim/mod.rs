@@ -203,7 +203,11 @@ impl Sim {
                 Ok(())
             }
             858..864 => self.transfer_random(),
-            864..867 => self.campaign_random(),
+            864..866 => self.campaign_random(),
+            866..867 => {
+                self.lose_link_spuriously();
+                Ok(())
+            }
             867..875 => {
                 self.replay_old();
                 Ok(())
@@ -476,6 +480,35 @@ impl Sim {
         }
         if self.nodes.iter().all(|n| !n.up()) {
             self.stats.all_crashed += 1;
+        }
+        if !power_loss {
+            // The kernel closed the process's connections: the nodes that
+            // notice (not all do, not always) campaign for its groups soon.
+            let lost = self.nodes[n].id;
+            for m in 0..self.nodes.len() {
+                if m != n && self.rng.in_range(0, 2) == 0 {
+                    self.lose_link(m, lost);
+                }
+            }
+        }
+    }
+
+    /// Node `m`'s host reports its connection to `lost` broken (after a
+    /// crash, or spuriously while `lost` runs on).
+    fn lose_link(&mut self, m: usize, lost: NodeId) {
+        if let Some(raft) = self.nodes[m].raft.as_mut() {
+            raft.peer_lost(lost);
+            self.stats.links_lost += 1;
+        }
+    }
+
+    /// A connection between two running nodes breaks while both live.
+    fn lose_link_spuriously(&mut self) {
+        let m = self.rng.in_range(0, self.nodes.len() as u64) as usize;
+        let lost = NodeId(self.rng.in_range(1, self.cfg.nodes as u64 + 1));
+        if lost != self.nodes[m].id {
+            self.lose_link(m, lost);
+            self.stats.spurious_links_lost += 1;
         }
     }
 

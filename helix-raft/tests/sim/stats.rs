@@ -32,6 +32,9 @@ pub struct Stats {
     pub disk_losses: u64,
     /// Learners voting again by the end of their run.
     pub learners_restored: u64,
+    /// Connections reported broken to a host (after a crash or spuriously).
+    pub links_lost: u64,
+    pub spurious_links_lost: u64,
     pub net: NetCounts,
 }
 
@@ -64,7 +67,9 @@ impl Stats {
             pre_vote_off_runs,
             check_quorum_off_runs,
             disk_losses,
-            learners_restored
+            learners_restored,
+            links_lost,
+            spurious_links_lost
         );
         let (a, b) = (&mut self.net, &s.net);
         a.dropped += b.dropped;

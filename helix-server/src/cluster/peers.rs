@@ -128,6 +128,10 @@ impl Inbound for PeerHandler {
     fn call(&self, from: u64, request: Bytes) -> CallFuture {
         PeerHandler::call(self, NodeId(from), request)
     }
+
+    fn peer_lost(&self, node: u64) {
+        self.host.peer_lost(NodeId(node));
+    }
 }
 
 /// Where what peers send goes.

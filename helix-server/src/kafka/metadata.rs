@@ -4,6 +4,9 @@
 //! allowed. Internal topics (`__consumer_offsets`) are marked so.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use helix_raft::Role;
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -39,12 +42,8 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         .topics
         .as_ref()
         .is_none_or(|t| version == 0 && t.is_empty());
-    resp.topics = match req.topics {
-        _ if every_topic => broker
-            .all_topics()
-            .iter()
-            .map(|t| topic_entry(broker, t))
-            .collect(),
+    let found: Vec<Result<Arc<Topic>, MetadataResponseTopic>> = match req.topics {
+        _ if every_topic => broker.all_topics().into_iter().map(Ok).collect(),
         None => Vec::new(),
         Some(requested) => {
             let mut out = Vec::with_capacity(requested.len());
@@ -58,21 +57,53 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
                         .topic_by_id(r.topic_id)
                         .ok_or(HelixError::UnknownTopicId),
                 };
-                out.push(match found {
-                    Ok(t) => topic_entry(broker, &t),
-                    Err(e) => {
-                        let mut t = MetadataResponseTopic::default();
-                        t.error_code = e.kafka_code();
-                        t.name = r.name.clone();
-                        t.topic_id = r.topic_id;
-                        t
-                    }
-                });
+                out.push(found.map_err(|e| {
+                    let mut t = MetadataResponseTopic::default();
+                    t.error_code = e.kafka_code();
+                    t.name = r.name.clone();
+                    t.topic_id = r.topic_id;
+                    t
+                }));
             }
             out
         }
     };
+    settle_elections(found.iter().filter_map(|f| f.as_ref().ok())).await;
+    resp.topics = found
+        .into_iter()
+        .map(|f| f.map_or_else(|t| t, |t| topic_entry(broker, &t)))
+        .collect();
     resp
+}
+
+/// Longest a Metadata answer waits for the elections under way among the
+/// partitions it describes.
+const ELECTION_WAIT: Duration = Duration::from_millis(100);
+const ELECTION_POLL: Duration = Duration::from_millis(5);
+
+/// Waits, at most [`ELECTION_WAIT`], while a local replica of `topics` is
+/// in an election (no leader known, this node not leading). Typically a
+/// leader was just killed and its followers, told by the peer transport,
+/// are electing the next one (milliseconds; ADR 0017). Answering at once
+/// would name the dead leader (its report is still fresh) and costs
+/// librdkafka clients about a second: they stop their fast leader query at
+/// the first answer that names a leader for every partition, and look
+/// again only at their one-second scan.
+async fn settle_elections<'a>(topics: impl Iterator<Item = &'a Arc<Topic>> + Clone) {
+    let electing = || {
+        topics.clone().any(|t| {
+            t.partitions.iter().any(|p| {
+                p.local.as_ref().is_some_and(|r| {
+                    let l = r.leadership();
+                    l.leader.is_none() && l.role != Role::Leader && r.voters().len() > 1
+                })
+            })
+        })
+    };
+    let deadline = tokio::time::Instant::now() + ELECTION_WAIT;
+    while electing() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(ELECTION_POLL).await;
+    }
 }
 
 pub fn broker_id(node: helix_raft::NodeId) -> BrokerId {

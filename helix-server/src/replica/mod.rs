@@ -242,6 +242,19 @@ impl ReplicaHost {
         }
     }
 
+    /// The connection to `node` broke: groups following it campaign soon
+    /// (`helix_raft::RaftGroup::peer_lost`) instead of after an election
+    /// timeout. Dropped when a shard's queue is full (the timeout remains).
+    pub fn peer_lost(&self, node: NodeId) {
+        tracing::info!(
+            peer = node.0,
+            "peer connection lost; its groups' followers campaign soon"
+        );
+        for s in &self.shards {
+            let _ = s.try_send(ShardInput::PeerLost(node));
+        }
+    }
+
     #[allow(dead_code)] // wired in with the peer transport (issue 17)
     /// Starts an election for `group` now (a new partition's preferred leader).
     pub fn campaign(&self, group: GroupId) {

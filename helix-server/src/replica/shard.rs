@@ -43,6 +43,8 @@ pub enum ShardInput {
     Peer(MessageBatch),
     Campaign(GroupId),
     TransferLeader(GroupId, NodeId),
+    /// The connection to this node broke (its process likely died).
+    PeerLost(NodeId),
     /// Graceful shutdown: hand every led group to its best follower.
     StepDownAll,
     /// The syncer finished a round asked for by this shard.
@@ -241,6 +243,15 @@ impl Shard {
                     g.campaign();
                     self.touched.insert(id);
                 }
+            }
+            ShardInput::PeerLost(node) => {
+                self.touched.extend(
+                    self.multi
+                        .groups()
+                        .filter(|g| g.leader() == Some(node))
+                        .map(RaftGroup::group),
+                );
+                self.multi.peer_lost(node);
             }
             ShardInput::TransferLeader(id, to) => {
                 if let Some(g) = self.multi.group_mut(id) {

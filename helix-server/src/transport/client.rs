@@ -222,8 +222,11 @@ pub async fn run(shared: Arc<Shared>, node: u64, addr: String, lane: Lane, queue
                 tracing::info!(peer = node, lane = lane.name(), "peer lane connected");
                 let ended = stream(&shared, channel, lane, &queue, &mut stop).await;
                 queue.set_channel(None);
+                if *stop.borrow() {
+                    return;
+                }
+                shared.lost(node);
                 match ended {
-                    Ok(()) if *stop.borrow() => return,
                     Ok(()) => tracing::info!(peer = node, lane = lane.name(), "peer lane closed"),
                     Err(e) => {
                         tracing::info!(peer = node, lane = lane.name(), error = %e, "peer lane lost")

@@ -24,7 +24,7 @@ mod tests;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -114,6 +114,11 @@ pub trait Inbound: Send + Sync + 'static {
     fn deliver(&self, from: u64, lane: Lane, payloads: Vec<Bytes>);
     /// A unary request; the answer (or a refusal) goes back to the caller.
     fn call(&self, from: u64, request: Bytes) -> CallFuture;
+    /// A connection to or from `node`, once up, broke: its process is
+    /// likely gone (a killed process's connections are closed by the kernel
+    /// at once). Said once until something arrives from `node` again. A
+    /// hint only: it may be alive and reconnect.
+    fn peer_lost(&self, node: u64);
 }
 
 /// The answer to a unary call, on its way.
@@ -192,10 +197,13 @@ struct Peer {
     received_frames: AtomicU64,
     received_bytes: AtomicU64,
     last_received: Mutex<Option<Instant>>,
+    /// Its loss was reported and nothing arrived from it since.
+    loss_reported: AtomicBool,
 }
 
 impl Peer {
     fn heard(&self, bytes: usize) {
+        self.loss_reported.store(false, Ordering::Relaxed);
         self.received_frames.fetch_add(1, Ordering::Relaxed);
         self.received_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
@@ -205,6 +213,7 @@ impl Peer {
 
 struct Shared {
     config: TransportConfig,
+    inbound: Arc<dyn Inbound>,
     peers: Vec<Arc<Peer>>,
     stop: watch::Sender<bool>,
 }
@@ -212,6 +221,17 @@ struct Shared {
 impl Shared {
     fn peer(&self, node: u64) -> Option<&Arc<Peer>> {
         self.peers.iter().find(|p| p.node == node)
+    }
+
+    /// A connection to or from `node` broke: the inbound side is told once,
+    /// by whichever lane or direction notices first, until the peer is
+    /// heard from again.
+    fn lost(&self, node: u64) {
+        if let Some(p) = self.peer(node)
+            && !p.loss_reported.swap(true, Ordering::AcqRel)
+        {
+            self.inbound.peer_lost(node);
+        }
     }
 }
 
@@ -251,16 +271,18 @@ impl Transport {
                     received_frames: AtomicU64::new(0),
                     received_bytes: AtomicU64::new(0),
                     last_received: Mutex::new(None),
+                    loss_reported: AtomicBool::new(false),
                 })
             })
             .collect();
         let (stop, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             config,
+            inbound,
             peers,
             stop,
         });
-        tokio::spawn(server::serve(shared.clone(), listener, inbound));
+        tokio::spawn(server::serve(shared.clone(), listener));
         for ((node, addr), peer) in shared.config.peers.iter().zip(&shared.peers) {
             for lane in Lane::ALL {
                 tokio::spawn(client::run(

@@ -13,24 +13,18 @@ use tonic::{Request, Response, Status, Streaming};
 use super::client::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, META_CLUSTER, META_FROM, META_LANE};
 use super::proto::peer_server::{Peer as PeerRpc, PeerServer};
 use super::proto::{CallReply, CallRequest, Frames, StreamEnd};
-use super::{Inbound, Lane, Peer, Shared};
+use super::{Lane, Peer, Shared};
 
 struct Service {
     shared: Arc<Shared>,
-    inbound: Arc<dyn Inbound>,
 }
 
 /// Serves peers until shutdown.
-pub async fn serve(
-    shared: Arc<Shared>,
-    listener: tokio::net::TcpListener,
-    inbound: Arc<dyn Inbound>,
-) {
+pub async fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
     let max = shared.config.max_frame_bytes;
     let mut stop = shared.stop.subscribe();
     let service = PeerServer::new(Service {
         shared: shared.clone(),
-        inbound,
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
@@ -100,12 +94,12 @@ impl PeerRpc for Service {
         let mut stop = self.shared.stop.subscribe();
         loop {
             let frame = tokio::select! {
-                f = frames.message() => f?,
+                f = frames.message() => f.inspect_err(|_| self.shared.lost(peer.node))?,
                 _ = stop.wait_for(|s| *s) => return Err(Status::unavailable("node shutting down")),
             };
             let Some(f) = frame else { break };
             peer.heard(f.payloads.iter().map(|p| p.len()).sum());
-            self.inbound.deliver(peer.node, lane, f.payloads);
+            self.shared.inbound.deliver(peer.node, lane, f.payloads);
         }
         Ok(Response::new(StreamEnd {}))
     }
@@ -114,7 +108,7 @@ impl PeerRpc for Service {
         let peer = self.sender(request.metadata())?.clone();
         let body = request.into_inner().body;
         peer.heard(body.len());
-        let reply = match self.inbound.call(peer.node, body).await {
+        let reply = match self.shared.inbound.call(peer.node, body).await {
             Ok(body) => CallReply {
                 body,
                 error: String::new(),

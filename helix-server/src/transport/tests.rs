@@ -20,6 +20,8 @@ struct Recorder {
     data_stall: Option<Duration>,
     /// How long a call takes to answer.
     call_delay: Duration,
+    /// Peers reported lost, in order.
+    lost: Mutex<Vec<u64>>,
 }
 
 impl Recorder {
@@ -72,6 +74,10 @@ impl Inbound for Recorder {
             answer.extend_from_slice(&request);
             Ok(Bytes::from(answer))
         })
+    }
+
+    fn peer_lost(&self, node: u64) {
+        self.lost.lock().unwrap().push(node);
     }
 }
 
@@ -230,7 +236,8 @@ async fn a_lane_queue_is_bounded_in_bytes() {
 #[tokio::test(flavor = "current_thread")]
 async fn lanes_reconnect_when_the_peer_returns() {
     let (a, b) = (free_addr(), free_addr());
-    let ta = Transport::start(config(1, a, &[(2, b)], "c"), Arc::new(Recorder::default()))
+    let ra = Arc::new(Recorder::default());
+    let ta = Transport::start(config(1, a, &[(2, b)], "c"), ra.clone())
         .await
         .unwrap();
     let first = Arc::new(Recorder::default());
@@ -243,6 +250,7 @@ async fn lanes_reconnect_when_the_peer_returns() {
         first.payloads(Lane::Control).len() == 1
     })
     .await;
+    assert!(ra.lost.lock().unwrap().is_empty(), "no loss while it is up");
 
     tb.shutdown();
     eventually("lanes down after the peer left", || {
@@ -250,6 +258,10 @@ async fn lanes_reconnect_when_the_peer_returns() {
     })
     .await;
     assert!(!ta.send(2, Lane::Control, numbered(2)));
+    // Its control connection broke once; the failed reconnects that follow
+    // are not reported again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(*ra.lost.lock().unwrap(), vec![2], "the host is told once");
 
     // The same node comes back on the same address.
     let mut again = None;
@@ -272,8 +284,17 @@ async fn lanes_reconnect_when_the_peer_returns() {
     let control = &ta.status()[0].lanes[Lane::Control.index()];
     assert!(control.reconnects >= 1);
     assert!(control.dropped >= 1);
-    ta.shutdown();
+    // Heard from again, its next loss is reported again.
+    all_lanes_up(&tb2, 1).await;
+    assert!(tb2.send(1, Lane::Control, numbered(3)));
+    eventually("node 2 heard again", || {
+        ra.payloads(Lane::Control).contains(&numbered(3))
+    })
+    .await;
     tb2.shutdown();
+    eventually("the second loss", || ra.lost.lock().unwrap().len() == 2).await;
+    assert_eq!(*ra.lost.lock().unwrap(), vec![2, 2]);
+    ta.shutdown();
 }
 
 #[tokio::test(flavor = "current_thread")]
