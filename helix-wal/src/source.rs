@@ -16,6 +16,8 @@ use crate::segment::ActiveBody;
 
 #[derive(Debug)]
 pub struct SealedView {
+    /// The segment's mapping, from its first byte (reads release their
+    /// pages relative to it: [`MappedRange`]).
     pub data: Bytes,
     pub index: SparseIndex,
 }
@@ -56,9 +58,9 @@ impl Source {
     /// Bytes `[from, to)` of the segment (callers keep `to` ≤ published length).
     pub fn load(&self, from: u64, to: u64, path: &Path) -> Result<Bytes> {
         match self {
-            Source::Sealed(v) => Ok(v.data.slice(from as usize..to as usize)),
+            Source::Sealed(v) => Ok(MappedRange::of(&v.data, from, to)),
             Source::Active(a) if to as usize <= a.data.len() => {
-                Ok(a.data.slice(from as usize..to as usize))
+                Ok(MappedRange::of(&a.data, from, to))
             }
             Source::Active(a) => {
                 let mut buf = vec![0u8; (to - from) as usize];
@@ -77,4 +79,67 @@ impl Source {
             }
         }
     }
+}
+
+/// A read's bytes, borrowed from a segment's mapping. When the last
+/// reference goes (the Fetch response written, the catch-up sent), the
+/// mapping's pages over the range are released (`MADV_DONTNEED`): they stay
+/// in the page cache, but stop counting in the process's resident memory,
+/// which otherwise grew with every byte consumers ever read (a node that
+/// served 2.3 GB of reads showed 1.2 GB RSS, 100 MB of it its own).
+struct MappedRange {
+    /// The whole mapping, from its first byte.
+    map: Bytes,
+    from: usize,
+    to: usize,
+}
+
+impl MappedRange {
+    fn of(map: &Bytes, from: u64, to: u64) -> Bytes {
+        let (from, to) = (from as usize, to as usize);
+        if from >= to {
+            return Bytes::new();
+        }
+        Bytes::from_owner(MappedRange {
+            map: map.clone(),
+            from,
+            to,
+        })
+    }
+}
+
+impl AsRef<[u8]> for MappedRange {
+    fn as_ref(&self) -> &[u8] {
+        &self.map[self.from..self.to]
+    }
+}
+
+impl Drop for MappedRange {
+    fn drop(&mut self) {
+        let page = page_size();
+        let base = self.map.as_ptr() as usize;
+        let start = (base + self.from) & !(page - 1);
+        let end = (base + self.to).next_multiple_of(page);
+        // SAFETY: `map` starts at the mapping's first (page-aligned) byte and
+        // the mapping spans whole pages past its last byte, so
+        // `[start, end)` lies inside it, and `map` keeps it mapped. On a
+        // shared file mapping MADV_DONTNEED only drops this process's page
+        // table entries: another reader of the same pages faults the file's
+        // current contents back in. A failure only leaves pages resident.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(n)
+            .ok()
+            .filter(|p| p.is_power_of_two())
+            .unwrap_or(4096)
+    })
 }

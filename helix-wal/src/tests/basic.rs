@@ -497,3 +497,63 @@ fn handles_cross_threads_as_the_server_needs() {
     send::<crate::EntryStream>();
     send_sync::<crate::ReadResult>();
 }
+
+/// Resident bytes of this process's mappings of files under `dir`
+/// (`/proc/self/smaps`).
+fn resident_under(dir: &std::path::Path) -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+    let mut ours = false;
+    let mut kb = 0;
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        match fields.next() {
+            Some(f) if f.contains('-') && !f.ends_with(':') => {
+                ours = line.contains(dir.to_str().expect("utf-8 path"));
+            }
+            Some("Rss:") if ours => {
+                kb += fields
+                    .next()
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(0);
+            }
+            _ => {}
+        }
+    }
+    kb * 1024
+}
+
+#[test]
+fn pages_a_read_touched_stop_counting_as_resident_once_it_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        ..LogConfig::default()
+    };
+    let (mut log, _) = PartitionLog::open(dir.path(), config).unwrap();
+    // 4 MiB: three sealed segments and the active one.
+    for i in 1..=64 {
+        append_batches(&mut log, pos(1, i), 1, 1, i as i64, 64 << 10);
+    }
+    assert!(log.shared.snapshot().len() >= 4);
+    let mut chunks = Vec::new();
+    let mut next = 0;
+    let mut sum = 0u64;
+    while next < log.next_offset() {
+        let r = log.reader().read(next, 256 << 10).unwrap();
+        sum += r.bytes.iter().map(|b| u64::from(*b)).sum::<u64>();
+        next = r.next_offset;
+        chunks.push(r);
+    }
+    assert!(sum > 0);
+    let held = resident_under(dir.path());
+    assert!(
+        held >= 3 << 20,
+        "reads in hand keep their pages: {held} bytes"
+    );
+    drop(chunks);
+    let after = resident_under(dir.path());
+    assert!(
+        after <= 64 << 10,
+        "{after} bytes still resident after every read was dropped (were {held})"
+    );
+}
