@@ -28,6 +28,7 @@ import harness
 import kwire
 from cluster_harness import HelixCluster
 from cluster_load import PacedProducer, read_all, verify_exactly_once_in_order
+from test_operations import scrape, value
 
 pytestmark = [pytest.mark.cluster, pytest.mark.managed,
               pytest.mark.skipif(harness.external_bootstrap() is not None
@@ -109,6 +110,10 @@ def leader_of(cluster: HelixCluster, topic: str, partition: int, timeout: float 
     raise AssertionError(f"partition {partition} of {topic} has no live leader\n{cluster.logs()}")
 
 
+def peer_losses(node) -> float:
+    return value(scrape(node.metrics_port), "helix_peer_losses_total")
+
+
 @pytest.fixture
 def cluster3(tmp_path, request):
     # Leader balancing would move leadership back to a returning node, which
@@ -132,10 +137,18 @@ def test_leader_failover_under_load_loses_nothing(cluster3, topic):
         if not load.is_alive():
             break
         victim = leader_of(cluster3, topic, len(kills) % PARTITIONS)
+        survivors = [n for n in cluster3.nodes if n.id != victim]
+        losses = [peer_losses(n) for n in survivors]
         cluster3.node(victim).kill9()
         kills.append(victim)
         time.sleep(1.0)
         cluster3.node(victim).start()
+        # The survivors' transport saw the connections break and told their
+        # replicas (ADR 0017), rather than leaving it to an election timeout.
+        deadline = time.monotonic() + 15
+        while not all(peer_losses(n) > before for n, before in zip(survivors, losses)):
+            assert time.monotonic() < deadline, (victim, losses, [peer_losses(n) for n in survivors])
+            time.sleep(0.2)
     load.join()
     assert not load.result.errors, load.result.errors[:10]
     assert len(kills) >= 2, "the load ended before the faults"

@@ -116,7 +116,7 @@ fn produce_path(f: &mut Families) {
 
 fn counters(f: &mut Families) {
     let c = &metrics().counters;
-    let counters: [(&'static str, &'static str, &AtomicU64); 16] = [
+    let counters: [(&'static str, &'static str, &AtomicU64); 18] = [
         (
             "produce_bytes",
             "Record batch bytes in Produce requests",
@@ -176,6 +176,16 @@ fn counters(f: &mut Families) {
             "peer_drops",
             "Peer messages dropped (full queue, peer down); Raft resends",
             &c.peer_drops,
+        ),
+        (
+            "peer_losses",
+            "Broken connections to a peer; the followers of its groups campaign at once",
+            &c.peer_losses,
+        ),
+        (
+            "metadata_election_waits",
+            "Metadata answers that waited for an election under way",
+            &c.metadata_election_waits,
         ),
         (
             "catch_up_entries",

@@ -100,6 +100,13 @@ async fn settle_elections<'a>(topics: impl Iterator<Item = &'a Arc<Topic>> + Clo
             })
         })
     };
+    if !electing() {
+        return;
+    }
+    crate::metrics::Metrics::count(
+        &crate::metrics::metrics().counters.metadata_election_waits,
+        1,
+    );
     let deadline = tokio::time::Instant::now() + ELECTION_WAIT;
     while electing() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(ELECTION_POLL).await;

@@ -108,6 +108,10 @@ pub struct Counters {
     /// Peer messages dropped: a full shard queue or transport lane, or a
     /// peer that is down (Raft resends).
     pub peer_drops: AtomicU64,
+    /// Broken connections to a peer reported to the replicas (ADR 0017).
+    pub peer_losses: AtomicU64,
+    /// Metadata answers that waited for an election under way (ADR 0017).
+    pub metadata_election_waits: AtomicU64,
     /// Raft entries streamed from a leader's WAL to catch a follower up.
     pub catch_up_entries: AtomicU64,
     /// Fetch responses encoded by copying records because their splice

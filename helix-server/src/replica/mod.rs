@@ -250,6 +250,7 @@ impl ReplicaHost {
             peer = node.0,
             "peer connection lost; its groups' followers campaign soon"
         );
+        crate::metrics::Metrics::count(&crate::metrics::metrics().counters.peer_losses, 1);
         for s in &self.shards {
             let _ = s.try_send(ShardInput::PeerLost(node));
         }
