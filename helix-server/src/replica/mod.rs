@@ -18,8 +18,10 @@
 //!   Kafka front end uses. Closing goes through the handle
 //!   (`Partition::begin_close`), in order with its other work.
 //! - [`ReplicaHost::deliver`] takes message batches from peers (decoded).
-//! - [`ReplicaHost::campaign`] / [`ReplicaHost::transfer_leader`] steer
-//!   leadership (a new partition's preferred leader, balancing, shutdown).
+//! - [`ReplicaHost::campaign`] starts a new partition's election on its
+//!   preferred leader; [`ReplicaHost::peer_lost`] has the followers of a
+//!   node whose connection broke campaign at once; [`ReplicaHost::step_down`]
+//!   hands every led group over at shutdown (balancing runs in the shards).
 
 mod catch_up;
 mod isr;
@@ -212,7 +214,6 @@ impl ReplicaHost {
         self.replicas.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    #[allow(dead_code)] // wired in with the peer transport (issue 17)
     /// Message batches from a peer: split by shard and queued. Dropped when a
     /// shard's queue is full (Raft resends).
     pub fn deliver(&self, batch: MessageBatch) {
@@ -256,18 +257,9 @@ impl ReplicaHost {
         }
     }
 
-    #[allow(dead_code)] // wired in with the peer transport (issue 17)
     /// Starts an election for `group` now (a new partition's preferred leader).
     pub fn campaign(&self, group: GroupId) {
         let _ = self.shard_of(group).try_send(ShardInput::Campaign(group));
-    }
-
-    #[allow(dead_code)] // wired in with the peer transport (issue 17)
-    /// Asks the leader of `group` (if this node) to hand leadership to `to`.
-    pub fn transfer_leader(&self, group: GroupId, to: NodeId) {
-        let _ = self
-            .shard_of(group)
-            .try_send(ShardInput::TransferLeader(group, to));
     }
 
     /// Graceful shutdown, first step: hands every group this node leads to

@@ -31,7 +31,6 @@ const MAX_INPUTS_PER_ROUND: usize = 1024;
 pub const PAYLOAD_RAFT: u8 = 1;
 
 /// What a shard is asked to do.
-#[allow(dead_code)] // Peer, Campaign, TransferLeader: wired in with the peer transport (issue 17)
 pub enum ShardInput {
     Tick,
     Install {
@@ -42,7 +41,6 @@ pub enum ShardInput {
     Work(GroupId, Work),
     Peer(MessageBatch),
     Campaign(GroupId),
-    TransferLeader(GroupId, NodeId),
     /// The connection to this node broke (its process likely died).
     PeerLost(NodeId),
     /// Graceful shutdown: hand every led group to its best follower.
@@ -252,12 +250,6 @@ impl Shard {
                         .map(RaftGroup::group),
                 );
                 self.multi.peer_lost(node);
-            }
-            ShardInput::TransferLeader(id, to) => {
-                if let Some(g) = self.multi.group_mut(id) {
-                    g.transfer_leader(to);
-                    self.touched.insert(id);
-                }
             }
             ShardInput::Synced => {
                 for id in self.in_round.take().unwrap_or_default() {
