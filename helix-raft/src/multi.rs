@@ -131,11 +131,12 @@ impl MultiRaft {
     }
 
     /// The host's connection to `node` broke: every group following it
-    /// campaigns soon ([`RaftGroup::peer_lost`]).
-    pub fn peer_lost(&mut self, node: NodeId) {
-        for g in self.groups.values_mut() {
-            g.peer_lost(node);
-        }
+    /// campaigns soon ([`RaftGroup::peer_lost`]). Returns those groups.
+    pub fn peer_lost(&mut self, node: NodeId) -> Vec<GroupId> {
+        self.groups
+            .iter_mut()
+            .filter_map(|(id, g)| g.peer_lost(node).then_some(*id))
+            .collect()
     }
 
     pub fn propose(&mut self, group: GroupId, data: Bytes) -> Result<LogIndex, ProposeError> {

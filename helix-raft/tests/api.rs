@@ -467,8 +467,8 @@ fn followers_of_a_lost_leader_campaign_at_once_next_in_line_first() {
     c.down = Some(0);
     // Node 2 is next after node 1 in the voter list: it stands at once,
     // not after an election timeout of 10 ticks or more.
-    c.nodes[1].peer_lost(NodeId(1));
-    c.nodes[2].peer_lost(NodeId(1));
+    assert!(c.nodes[1].peer_lost(NodeId(1)));
+    assert!(c.nodes[2].peer_lost(NodeId(1)));
     assert_eq!(c.nodes[2].leader(), None, "the lost leader is forgotten");
     c.settle();
     assert_eq!(c.nodes[1].role(), Role::Leader);
@@ -511,7 +511,7 @@ fn a_lost_connection_to_a_live_leader_does_not_depose_it() {
     assert_eq!(c.nodes[1].role(), Role::Follower);
     assert_eq!(c.nodes[1].leader(), Some(NodeId(1)));
     // A lost connection to a node that leads nothing changes nothing.
-    c.nodes[1].peer_lost(NodeId(3));
+    assert!(!c.nodes[1].peer_lost(NodeId(3)));
     assert_eq!(c.nodes[1].leader(), Some(NodeId(1)));
 }
 

@@ -76,10 +76,11 @@ impl RaftGroup {
     /// Safe to call when `node` is alive: a pre-vote still needs a majority
     /// that no longer hears a leader, and the leader's next message makes
     /// it the known leader again. Without pre-vote it does nothing (a
-    /// campaign would raise the term and depose a live leader).
-    pub fn peer_lost(&mut self, node: NodeId) {
+    /// campaign would raise the term and depose a live leader). Returns
+    /// whether it acted (the leader was forgotten).
+    pub fn peer_lost(&mut self, node: NodeId) -> bool {
         if !self.cfg.pre_vote || self.role != Role::Follower || self.leader != Some(node) {
-            return;
+            return false;
         }
         self.leader = None;
         let voters = &self.cfg.voters;
@@ -87,7 +88,7 @@ impl RaftGroup {
             voters.iter().position(|n| *n == node),
             voters.iter().position(|n| *n == self.cfg.node),
         ) else {
-            return;
+            return true;
         };
         let rank = (me + voters.len() - lost - 1) % voters.len();
         if rank == 0 && self.may_stand() {
@@ -96,12 +97,13 @@ impl RaftGroup {
             // in line then stands at its turn, and this one grants it.
             self.election_elapsed = 0;
             self.become_pre_candidate();
-            return;
+            return true;
         }
         let wait = rank as u32;
         self.election_elapsed = self
             .election_elapsed
             .max(self.randomized_timeout.saturating_sub(wait));
+        true
     }
 
     /// A leader is known and was heard from within the election timeout.

@@ -243,13 +243,8 @@ impl Shard {
                 }
             }
             ShardInput::PeerLost(node) => {
-                self.touched.extend(
-                    self.multi
-                        .groups()
-                        .filter(|g| g.leader() == Some(node))
-                        .map(RaftGroup::group),
-                );
-                self.multi.peer_lost(node);
+                let acted = self.multi.peer_lost(node);
+                self.touched.extend(acted);
             }
             ShardInput::Synced => {
                 for id in self.in_round.take().unwrap_or_default() {
