@@ -194,6 +194,7 @@ impl ReplicaFactory {
                 max_requests: self.config.batch_max_requests,
             },
             log,
+            producer_id_expiration_ms: self.config.producer_id_expiration_ms,
         }
     }
 

@@ -209,6 +209,10 @@ pub struct Flags {
     /// leaves the ISR (Kafka's `replica.lag.time.max.ms`).
     #[arg(long)]
     pub replica_lag_time_max_ms: Option<u64>,
+    /// An idempotent producer idle this long in log time is forgotten
+    /// (Kafka's `producer.id.expiration.ms`).
+    #[arg(long)]
+    pub producer_id_expiration_ms: Option<i64>,
     /// Move leadership back to preferred replicas when they are in sync
     /// (Kafka's `auto.leader.rebalance.enable`).
     #[arg(long)]
@@ -277,6 +281,7 @@ struct FileConfig {
     group_snapshot_after_records: Option<u64>,
     default_replication_factor: Option<i16>,
     replica_lag_time_max_ms: Option<u64>,
+    producer_id_expiration_ms: Option<i64>,
     auto_leader_rebalance_enable: Option<bool>,
     leader_imbalance_check_interval_ms: Option<u64>,
     shards: Option<usize>,
@@ -376,6 +381,8 @@ pub struct Config {
     /// Default 10 s (Kafka: 30 s; Raft heartbeats every tick notice a
     /// stalled follower much sooner).
     pub replica_lag_time_max: Duration,
+    /// Default 86400000 (1 day), as Kafka; measured on log time (ADR 0022).
+    pub producer_id_expiration_ms: i64,
     /// Default true, as Kafka.
     pub auto_leader_rebalance_enable: bool,
     /// Default 10 s (Kafka: 300 s).
@@ -425,6 +432,7 @@ impl Default for Config {
             cluster_id: None,
             default_replication_factor: None,
             replica_lag_time_max: Duration::from_secs(10),
+            producer_id_expiration_ms: crate::partition::producers::DEFAULT_EXPIRATION_MS,
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval: Duration::from_secs(300),
         }
@@ -490,6 +498,7 @@ impl Config {
         set!(auto_create_topics);
         set!(retention_ms);
         set!(retention_bytes);
+        set!(producer_id_expiration_ms);
         set!(max_request_size);
         set!(max_message_bytes);
         set!(batch_max_bytes);

@@ -7,13 +7,16 @@ use std::time::Instant;
 use helix_raft::LogIndex;
 use tokio::sync::oneshot;
 
+use super::producers::Decision;
 use crate::batcher::{PendingProduce, ProduceOutcome, Room};
 use crate::error::{HelixError, Result};
 
 /// Who waits for a proposed entry.
 #[derive(Debug)]
 pub enum Waiter {
-    Produce(Vec<PendingProduce>),
+    /// Each request with what the leader decided for it (appended in the
+    /// entry, in this order, or a duplicate of what the log holds).
+    Produce(Vec<(PendingProduce, Decision)>),
     DeleteRecords(oneshot::Sender<Result<i64>>),
 }
 
@@ -67,7 +70,7 @@ impl Unacked {
 pub fn fail_waiter(waiter: Waiter, err: &HelixError) {
     match waiter {
         Waiter::Produce(requests) => {
-            for p in requests {
+            for (p, _) in requests {
                 if let Some(reply) = p.reply {
                     let _ = reply.send(Err(copy_error(err)));
                 }

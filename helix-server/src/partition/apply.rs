@@ -1,38 +1,27 @@
 //! Applying a committed produce entry: assign offsets, patch each batch's
-//! baseOffset and partitionLeaderEpoch (= Raft term), check idempotent
-//! producer sequences, and append what was accepted to the partition log.
+//! baseOffset and partitionLeaderEpoch (= Raft term), record idempotent
+//! producers, and append every batch of the entry to the partition log.
 //!
-//! Apply is deterministic (it depends only on the entry, the term and the
-//! log), so every replica writes byte-identical batches at identical offsets.
+//! Apply judges nothing: the leader decided which requests go into the
+//! entry before proposing it (`producers::Proposed`, ADR 0022). It depends
+//! only on the entry, the term and the log, so every replica writes
+//! byte-identical batches at identical offsets, whatever producer state it
+//! happens to remember.
 
 use bytes::{Bytes, BytesMut};
 use helix_wal::{AppendCheck, PartitionLog, RaftPosition, patch_batch_header};
 
 use super::batch::parse_header;
-use super::producers::{ProducerTable, SequenceCheck};
+use super::producers::ProducerTable;
 use super::scan::MaxTimestamp;
 use crate::error::{HelixError, Result};
 use crate::metrics::{Stage, metrics};
 
-/// The outcome of one request of an entry.
-#[derive(Debug)]
-pub enum Applied {
-    /// Appended at this base offset.
-    Appended {
-        base_offset: i64,
-    },
-    /// Already in the log (an idempotent retry): answered with the original
-    /// base offset and DUPLICATE_SEQUENCE_NUMBER, nothing appended.
-    Duplicate {
-        base_offset: i64,
-    },
-    Rejected(HelixError),
-}
-
-/// Applies one produce entry (Raft position `pos`) and returns one outcome
-/// per request. The entry is appended even when every request was
-/// rejected, so the WAL's entry index has no holes. `max_ts` is raised to
-/// the largest timestamp appended.
+/// Applies one produce entry (Raft position `pos`) and returns the base
+/// offset of each of its requests. A batch that does not parse fails the
+/// whole entry (the leader validated every batch: such an entry is damage,
+/// never something to skip on one replica). `max_ts` is raised to the
+/// largest timestamp appended.
 pub fn apply_produce(
     log: &mut PartitionLog,
     producers: &mut ProducerTable,
@@ -41,23 +30,32 @@ pub fn apply_produce(
     data: Bytes,
     max_ts: &mut MaxTimestamp,
     check: AppendCheck,
-) -> Result<Vec<Applied>> {
+) -> Result<Vec<i64>> {
     let term =
         i32::try_from(pos.term).map_err(|_| HelixError::CorruptState("term above i32".into()))?;
     let mut buf: BytesMut = data
         .try_into_mut()
         .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
     let mut next = log.next_offset();
-    let mut outcomes = Vec::with_capacity(lengths.len());
-    let mut accepted: Vec<(usize, usize)> = Vec::with_capacity(lengths.len());
+    let mut base_offsets = Vec::with_capacity(lengths.len());
     let mut start = 0usize;
     for len in lengths {
         let end = start + *len as usize;
-        let outcome = apply_request(&mut buf[start..end], producers, term, &mut next, max_ts);
-        if matches!(outcome, Applied::Appended { .. }) {
-            accepted.push((start, end));
+        base_offsets.push(next);
+        let mut pos = start;
+        while pos < end {
+            let h = parse_header(&buf[pos..end])
+                .map_err(|e| HelixError::CorruptState(format!("committed entry: {e}")))?;
+            let batch = &mut buf[pos..pos + h.total_len()];
+            patch_batch_header(batch, next, term)
+                .map_err(|e| HelixError::CorruptState(format!("committed entry: {e}")))?;
+            producers.record(&h, next);
+            if max_ts.is_none_or(|(_, ts)| h.max_timestamp > ts) {
+                *max_ts = Some((next, h.max_timestamp));
+            }
+            next += i64::from(h.record_count);
+            pos += h.total_len();
         }
-        outcomes.push(outcome);
         start = end;
     }
     // `check`: the leader verified every batch's CRC-32C before proposing
@@ -66,64 +64,9 @@ pub fn apply_produce(
     // only structure here; entries that came over the network are verified
     // in full. Recovery always verifies CRCs.
     let started = std::time::Instant::now();
-    if accepted.len() == lengths.len() {
-        log.append_checked(pos, &buf, check)?;
-    } else {
-        let mut out = Vec::with_capacity(accepted.iter().map(|(s, e)| e - s).sum());
-        for (s, e) in accepted {
-            out.extend_from_slice(&buf[s..e]);
-        }
-        log.append_checked(pos, &out, check)?;
-    }
+    log.append_checked(pos, &buf, check)?;
     metrics().record(Stage::WalAppend, started.elapsed());
-    Ok(outcomes)
-}
-
-fn apply_request(
-    batches: &mut [u8],
-    producers: &mut ProducerTable,
-    term: i32,
-    next: &mut i64,
-    max_ts: &mut MaxTimestamp,
-) -> Applied {
-    let mut headers = Vec::new();
-    let mut pos = 0usize;
-    while pos < batches.len() {
-        match parse_header(&batches[pos..]) {
-            Ok(h) => {
-                pos += h.total_len();
-                headers.push(h);
-            }
-            Err(e) => return Applied::Rejected(e),
-        }
-    }
-    for (i, h) in headers.iter().enumerate() {
-        match producers.check(h) {
-            Ok(SequenceCheck::Accept) => {}
-            Ok(SequenceCheck::Duplicate { base_offset }) if i == 0 => {
-                return Applied::Duplicate { base_offset };
-            }
-            Ok(SequenceCheck::Duplicate { .. }) => {
-                return Applied::Rejected(HelixError::DuplicateSequence);
-            }
-            Err(e) => return Applied::Rejected(e),
-        }
-    }
-    let base_offset = *next;
-    let mut pos = 0usize;
-    for h in &headers {
-        if let Err(e) = patch_batch_header(&mut batches[pos..pos + h.total_len()], *next, term) {
-            // Unreachable for a parsed header; refuse rather than write.
-            return Applied::Rejected(HelixError::CorruptBatch(e.to_string()));
-        }
-        producers.record(h, *next);
-        if max_ts.is_none_or(|(_, ts)| h.max_timestamp > ts) {
-            *max_ts = Some((*next, h.max_timestamp));
-        }
-        *next += i64::from(h.record_count);
-        pos += h.total_len();
-    }
-    Applied::Appended { base_offset }
+    Ok(base_offsets)
 }
 
 #[cfg(test)]
@@ -131,6 +74,7 @@ mod tests {
     use super::*;
     use crate::partition::batch::tests::make_batch;
     use crate::partition::entry::{PartitionEntry, decode, encode_produce};
+    use crate::partition::producers::SequenceCheck;
     use helix_wal::LogConfig;
 
     fn entry(reqs: &[Vec<Bytes>]) -> (Vec<u32>, Bytes) {
@@ -145,7 +89,7 @@ mod tests {
     }
 
     #[test]
-    fn offsets_are_assigned_per_request_and_a_retry_is_a_duplicate() {
+    fn offsets_are_assigned_per_request_and_producers_recorded() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _) = PartitionLog::open(dir.path(), LogConfig::default()).expect("open");
         let mut producers = ProducerTable::default();
@@ -163,15 +107,25 @@ mod tests {
             AppendCheck::Full,
         )
         .expect("apply");
-        assert!(matches!(out[0], Applied::Appended { base_offset: 0 }));
-        assert!(matches!(out[1], Applied::Appended { base_offset: 2 }));
+        assert_eq!(out, vec![0, 2]);
         assert_eq!(log.next_offset(), 3);
         assert_eq!(
             max_ts,
             Some((2, 500)),
             "base offset of the batch holding it"
         );
-        let (lengths, data) = entry(&[vec![a]]);
+        let header = helix_wal::BatchHeader::parse(&a).expect("header");
+        assert_eq!(
+            producers.check(&header).expect("replay"),
+            SequenceCheck::Duplicate { base_offset: 0 }
+        );
+        let read = log.reader().read(0, 1 << 20).expect("read");
+        let first = helix_wal::BatchHeader::parse(&read.bytes).expect("header");
+        assert_eq!(first.partition_leader_epoch, 4);
+        assert_eq!(first.base_offset, 0);
+        // An empty entry (a leader's duplicate-only proposal) holds its
+        // place in the WAL and appends nothing.
+        let (lengths, data) = entry(&[]);
         let out = apply_produce(
             &mut log,
             &mut producers,
@@ -182,42 +136,77 @@ mod tests {
             AppendCheck::Full,
         )
         .expect("apply");
-        assert!(matches!(out[0], Applied::Duplicate { base_offset: 0 }));
-        assert_eq!(log.next_offset(), 3, "a duplicate is not appended");
-        assert_eq!(
-            log.last_position(),
-            Some(at(2)),
-            "but its entry is recorded"
-        );
-        let read = log.reader().read(0, 1 << 20).expect("read");
-        let first = helix_wal::BatchHeader::parse(&read.bytes).expect("header");
-        assert_eq!(first.partition_leader_epoch, 4);
-        assert_eq!(first.base_offset, 0);
+        assert!(out.is_empty());
+        assert_eq!(log.next_offset(), 3);
+        assert_eq!(log.last_position(), Some(at(2)));
     }
 
+    /// Issue 29 item 1: one replica lost producer P's state (its first
+    /// batches were removed by DeleteRecords and it restarted without its
+    /// snapshot, rebuilding from the new log start), the other kept it.
+    /// Whatever each remembers, the same entries give the same bytes at
+    /// the same offsets: apply judges nothing. (Before ADR 0022 every
+    /// replica re-checked sequences here; the forgetful one refused P's
+    /// next batch as out of order and the replicas diverged.)
     #[test]
-    fn an_out_of_order_request_is_rejected_alone() {
+    fn replicas_that_remember_different_producer_state_store_the_same_bytes() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (mut log, _) = PartitionLog::open(dir.path(), LogConfig::default()).expect("open");
-        let mut producers = ProducerTable::default();
-        let gap = make_batch(&[b"x"], 8, 5, 0);
-        let ok = make_batch(&[b"y"], -1, -1, 0);
-        let (lengths, data) = entry(&[vec![gap], vec![ok]]);
-        let out = apply_produce(
-            &mut log,
-            &mut producers,
-            at(1),
-            &lengths,
-            data,
-            &mut None,
-            AppendCheck::Full,
-        )
-        .expect("apply");
-        assert!(matches!(
-            out[0],
-            Applied::Rejected(HelixError::OutOfOrderSequence { .. })
-        ));
-        assert!(matches!(out[1], Applied::Appended { base_offset: 0 }));
-        assert_eq!(log.next_offset(), 1);
+        let open = |name: &str| {
+            PartitionLog::open(&dir.path().join(name), LogConfig::default())
+                .expect("open")
+                .0
+        };
+        let (mut kept, mut lost) = (open("kept"), open("lost"));
+        let (mut kept_state, mut lost_state) = (ProducerTable::default(), ProducerTable::default());
+        let p = 77;
+        let apply = |log: &mut PartitionLog, t: &mut ProducerTable, index, reqs: &[Vec<Bytes>]| {
+            let (lengths, data) = entry(reqs);
+            apply_produce(
+                log,
+                t,
+                at(index),
+                &lengths,
+                data,
+                &mut None,
+                AppendCheck::Full,
+            )
+            .expect("apply")
+        };
+        for (index, seq) in [(1, 0), (2, 10), (3, 20)] {
+            let values: Vec<Vec<u8>> = (0..10)
+                .map(|i| format!("v{}", seq + i).into_bytes())
+                .collect();
+            let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+            let reqs = vec![vec![make_batch(&refs, p, seq, 1_000 + index as i64)]];
+            apply(&mut kept, &mut kept_state, index, &reqs);
+            apply(&mut lost, &mut lost_state, index, &reqs);
+        }
+        // DeleteRecords past P's batches on both (a Raft entry), then the
+        // `lost` replica restarts without its snapshot: its table is what
+        // the log from the new start shows.
+        for log in [&mut kept, &mut lost] {
+            log.append(at(4), &[]).expect("delete entry");
+            log.delete_records_before(30).expect("delete");
+        }
+        let (rebuilt, _) =
+            crate::partition::scan::rebuild(&lost.reader(), lost.next_offset(), None)
+                .expect("scan");
+        lost_state = rebuilt;
+        let next = make_batch(&[b"v30", b"v31"], p, 30, 2_000);
+        let h = helix_wal::BatchHeader::parse(&next).expect("header");
+        assert_ne!(
+            kept_state.check(&h).ok(),
+            None,
+            "the replica that kept P accepts its next batch"
+        );
+        assert!(lost_state.live(p).is_none());
+        // P's next batch, and a plain batch after it.
+        let reqs = vec![vec![next], vec![make_batch(&[b"plain"], -1, -1, 2_001)]];
+        let a = apply(&mut kept, &mut kept_state, 5, &reqs);
+        let b = apply(&mut lost, &mut lost_state, 5, &reqs);
+        assert_eq!(a, b, "same offsets");
+        let read = |log: &PartitionLog| log.reader().read(30, 1 << 20).expect("read").bytes;
+        assert_eq!(read(&kept), read(&lost), "same bytes");
+        assert_eq!(kept.next_offset(), 33);
     }
 }

@@ -45,6 +45,8 @@ pub struct PartitionSettings {
     pub spec: GroupSpec,
     pub batch: BatchLimits,
     pub log: LogConfig,
+    /// `producer.id.expiration.ms`, measured on log time (ADR 0022).
+    pub producer_id_expiration_ms: i64,
 }
 
 /// The role, term and leader of a replica's group, as last published.
@@ -158,7 +160,9 @@ pub fn recover(
     };
     let snapshot = scan::Snapshot::load(dir);
     let acknowledged_hint = snapshot.as_ref().map_or(0, |s| s.acknowledged_offset);
-    let (producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;
+    let snapshot = snapshot.and_then(|s| s.describes(&log));
+    let (mut producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;
+    producers.set_expiration(settings.producer_id_expiration_ms);
     let group = raft::restore_group(&settings.spec, hard_state, &log)?;
     // What consumers may read until the group acknowledges more: for one
     // voter its whole WAL (its own durable log is a majority); otherwise

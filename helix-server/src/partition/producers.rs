@@ -1,19 +1,38 @@
-//! Idempotent-producer state of one partition: per producer id, its epoch
-//! and the sequence ranges of its last few batches with their offsets.
+//! Idempotent-producer state of one partition: per producer id, its epoch,
+//! the sequence ranges of its last few batches with their offsets, and the
+//! timestamp of its last batch (ADR 0022).
 //!
-//! Checked and updated at apply time, so every replica derives the same
-//! state from the same log; rebuilt from the log's batch headers on restart.
+//! Acceptance is decided once, by the leader, before it proposes
+//! ([`Proposed::decide`]); an entry holds only what the leader accepted and
+//! every replica appends all of it. So no replica judges a batch on its own
+//! and replicas cannot diverge through this state, whatever each one
+//! remembers. The [`ProducerTable`] is what a replica derived from the
+//! entries it applied, in log order: a function of the log, never of wall
+//! time or of the log start (retention and DeleteRecords leave it alone).
+//! A producer expires after `producer.id.expiration.ms` of *log time* (the
+//! largest batch timestamp applied), and the table holds at most
+//! [`MAX_PRODUCERS`]; past that the producer idle longest is forgotten.
+//! A forgotten producer is treated as Kafka treats an expired one: its next
+//! batch is accepted whatever its sequence.
 
 use std::collections::{HashMap, VecDeque};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::batch::{BatchHeader, NO_PRODUCER_ID};
+use super::batch::{BatchHeader, NO_PRODUCER_ID, parse_header};
 use crate::error::{HelixError, Result};
 
 /// Batches remembered per producer: Kafka clients keep at most 5 in flight
 /// per partition, so a retry is always one of the last 5.
 const REMEMBERED_BATCHES: usize = 5;
+
+/// Producers remembered per partition. Each costs about 200 bytes; past the
+/// limit the producer whose last batch is oldest is forgotten (ADR 0022).
+pub const MAX_PRODUCERS: usize = 10_000;
+
+/// Kafka's `producer.id.expiration.ms` default: one day.
+pub const DEFAULT_EXPIRATION_MS: i64 = 86_400_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct BatchSeq {
@@ -22,10 +41,32 @@ struct BatchSeq {
     base_offset: i64,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct ProducerEntry {
+/// One producer as far as the log shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerState {
     epoch: i16,
     recent: VecDeque<BatchSeq>,
+    /// Max timestamp of its last batch (Kafka's `lastTimestamp`).
+    #[serde(default)]
+    last_timestamp: i64,
+}
+
+impl ProducerState {
+    fn record(&mut self, h: &BatchHeader, base_offset: i64) {
+        if h.producer_epoch != self.epoch {
+            self.epoch = h.producer_epoch;
+            self.recent.clear();
+        }
+        if self.recent.len() == REMEMBERED_BATCHES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(BatchSeq {
+            first_seq: h.base_sequence,
+            last_seq: h.last_sequence(),
+            base_offset,
+        });
+        self.last_timestamp = self.last_timestamp.max(h.max_timestamp);
+    }
 }
 
 /// What the check decided for one batch.
@@ -37,10 +78,78 @@ pub enum SequenceCheck {
     Duplicate { base_offset: i64 },
 }
 
-/// Producer id → sequence state for one partition.
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// Decides whether a batch of a producer in `state` (None: unknown, or
+/// expired) may follow what the log holds, as Kafka's `ProducerAppendInfo`
+/// does: an unknown producer may start at any sequence (its earlier batches
+/// may have been removed by retention or DeleteRecords, or it expired); a
+/// new epoch starts at 0; within an epoch, a replay of a remembered batch
+/// is a duplicate and anything but the next sequence is out of order.
+pub fn check(state: Option<&ProducerState>, h: &BatchHeader) -> Result<SequenceCheck> {
+    if h.producer_id == NO_PRODUCER_ID {
+        return Ok(SequenceCheck::Accept);
+    }
+    let Some(entry) = state else {
+        return Ok(SequenceCheck::Accept);
+    };
+    if h.producer_epoch < entry.epoch {
+        return Err(HelixError::InvalidProducerEpoch);
+    }
+    if h.producer_epoch > entry.epoch {
+        return if h.base_sequence == 0 {
+            Ok(SequenceCheck::Accept)
+        } else {
+            Err(HelixError::OutOfOrderSequence {
+                expected: 0,
+                got: h.base_sequence,
+            })
+        };
+    }
+    let (first, last) = (h.base_sequence, h.last_sequence());
+    if let Some(seen) = entry
+        .recent
+        .iter()
+        .find(|b| b.first_seq == first && b.last_seq == last)
+    {
+        return Ok(SequenceCheck::Duplicate {
+            base_offset: seen.base_offset,
+        });
+    }
+    let expected = entry.recent.back().map_or(0, |b| next_seq(b.last_seq));
+    if first == expected {
+        Ok(SequenceCheck::Accept)
+    } else {
+        Err(HelixError::OutOfOrderSequence {
+            expected,
+            got: first,
+        })
+    }
+}
+
+/// Producer id → state, as of the last entry a replica applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerTable {
-    producers: HashMap<i64, ProducerEntry>,
+    producers: HashMap<i64, ProducerState>,
+    /// Log time: the largest batch timestamp recorded (every batch counts,
+    /// idempotent or not). Expiry is measured on it.
+    #[serde(default)]
+    clock: i64,
+    /// `producer.id.expiration.ms` (configuration, not state).
+    #[serde(skip, default = "default_expiration")]
+    expiration_ms: i64,
+}
+
+fn default_expiration() -> i64 {
+    DEFAULT_EXPIRATION_MS
+}
+
+impl Default for ProducerTable {
+    fn default() -> Self {
+        ProducerTable {
+            producers: HashMap::new(),
+            clock: 0,
+            expiration_ms: DEFAULT_EXPIRATION_MS,
+        }
+    }
 }
 
 impl ProducerTable {
@@ -54,74 +163,207 @@ impl ProducerTable {
         t
     }
 
-    /// Decides whether a batch may be appended. Does not change the state:
-    /// call [`ProducerTable::record`] once it is appended.
-    pub fn check(&self, h: &BatchHeader) -> Result<SequenceCheck> {
-        if h.producer_id == NO_PRODUCER_ID {
-            return Ok(SequenceCheck::Accept);
-        }
-        let Some(entry) = self.producers.get(&h.producer_id) else {
-            return if h.base_sequence == 0 {
-                Ok(SequenceCheck::Accept)
-            } else {
-                Err(HelixError::OutOfOrderSequence {
-                    expected: 0,
-                    got: h.base_sequence,
-                })
-            };
-        };
-        if h.producer_epoch < entry.epoch {
-            return Err(HelixError::InvalidProducerEpoch);
-        }
-        if h.producer_epoch > entry.epoch {
-            return if h.base_sequence == 0 {
-                Ok(SequenceCheck::Accept)
-            } else {
-                Err(HelixError::OutOfOrderSequence {
-                    expected: 0,
-                    got: h.base_sequence,
-                })
-            };
-        }
-        let (first, last) = (h.base_sequence, h.last_sequence());
-        if let Some(seen) = entry
-            .recent
-            .iter()
-            .find(|b| b.first_seq == first && b.last_seq == last)
-        {
-            return Ok(SequenceCheck::Duplicate {
-                base_offset: seen.base_offset,
-            });
-        }
-        let expected = entry.recent.back().map_or(0, |b| next_seq(b.last_seq));
-        if first == expected {
-            Ok(SequenceCheck::Accept)
-        } else {
-            Err(HelixError::OutOfOrderSequence {
-                expected,
-                got: first,
-            })
-        }
+    /// Sets `producer.id.expiration.ms`.
+    pub fn set_expiration(&mut self, expiration_ms: i64) {
+        self.expiration_ms = expiration_ms;
     }
 
-    /// Records an appended batch at its assigned base offset.
+    pub fn expiration_ms(&self) -> i64 {
+        self.expiration_ms
+    }
+
+    /// The producer's state unless it is unknown or expired (idle for
+    /// `producer.id.expiration.ms` of log time).
+    pub fn live(&self, producer_id: i64) -> Option<&ProducerState> {
+        let horizon = self.clock.saturating_sub(self.expiration_ms);
+        self.producers
+            .get(&producer_id)
+            .filter(|s| s.last_timestamp >= horizon)
+    }
+
+    /// [`check`] against this table alone (a leader with nothing in flight).
+    #[cfg(test)]
+    pub fn check(&self, h: &BatchHeader) -> Result<SequenceCheck> {
+        check(self.live(h.producer_id), h)
+    }
+
+    /// Records an appended batch at its assigned base offset (every
+    /// replica, for every batch of every applied entry, in log order).
     pub fn record(&mut self, h: &BatchHeader, base_offset: i64) {
+        self.clock = self.clock.max(h.max_timestamp);
         if h.producer_id == NO_PRODUCER_ID {
             return;
         }
-        let entry = self.producers.entry(h.producer_id).or_default();
-        if h.producer_epoch != entry.epoch {
-            entry.epoch = h.producer_epoch;
-            entry.recent.clear();
+        if !self.producers.contains_key(&h.producer_id) && self.producers.len() >= MAX_PRODUCERS {
+            // Expired producers go first, so the choice below is made among
+            // the same live producers on every replica.
+            self.expire();
+            if self.producers.len() >= MAX_PRODUCERS {
+                self.forget_idlest();
+            }
         }
-        if entry.recent.len() == REMEMBERED_BATCHES {
-            entry.recent.pop_front();
+        self.producers
+            .entry(h.producer_id)
+            .or_default()
+            .record(h, base_offset);
+    }
+
+    /// Forgets the producer whose last batch is oldest (ties: the lowest
+    /// id), so the choice is the same on every replica.
+    fn forget_idlest(&mut self) {
+        let idlest = self
+            .producers
+            .iter()
+            .min_by_key(|(id, s)| (s.last_timestamp, **id))
+            .map(|(id, _)| *id);
+        if let Some(id) = idlest {
+            self.producers.remove(&id);
         }
-        entry.recent.push_back(BatchSeq {
-            first_seq: h.base_sequence,
-            last_seq: h.last_sequence(),
-            base_offset,
-        });
+    }
+
+    /// Drops producers expired by log time (they already decide as
+    /// unknown; this only frees their memory).
+    pub fn expire(&mut self) {
+        let horizon = self.clock.saturating_sub(self.expiration_ms);
+        self.producers.retain(|_, s| s.last_timestamp >= horizon);
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+}
+
+/// The outcome the leader decided for one produce request.
+#[derive(Debug)]
+pub enum Decision {
+    /// Goes into the entry; lands at this base offset.
+    Append { base_offset: i64 },
+    /// Already in the log (or proposed) at this base offset: nothing is
+    /// appended; answered once the entry carrying the decision is
+    /// acknowledged (so the original is too).
+    Duplicate { base_offset: i64 },
+    /// Refused (out of order, fenced epoch, malformed): answered now.
+    Reject(HelixError),
+}
+
+/// The leader's view past its applied table: the state of each producer
+/// its in-flight proposals touched, and where its next batch lands. Empty
+/// on followers; cleared whenever the term changes or the log is cut.
+#[derive(Debug, Default)]
+pub struct Proposed {
+    /// The term these proposals were made in.
+    term: u64,
+    /// Producer → (state after the last proposal touching it, that
+    /// proposal's index).
+    producers: HashMap<i64, (ProducerState, u64)>,
+    /// (index, log end offset after it) of each produce proposal in flight.
+    in_flight: VecDeque<(u64, i64)>,
+}
+
+/// A proposal's decisions before it is in the log: merged into
+/// [`Proposed`] once Raft took it, dropped otherwise.
+#[derive(Debug)]
+pub struct Staged {
+    producers: HashMap<i64, ProducerState>,
+    end_offset: i64,
+}
+
+impl Proposed {
+    /// Decides every request of one proposal, in order, against what the
+    /// log holds (`table`, applied up to `log_end` offsets) and what this
+    /// leader already proposed in `term`. Nothing changes until
+    /// [`Proposed::commit`].
+    pub fn decide<'a>(
+        &mut self,
+        term: u64,
+        table: &ProducerTable,
+        log_end: i64,
+        requests: impl Iterator<Item = &'a [Bytes]>,
+    ) -> (Vec<Decision>, Staged) {
+        if term != self.term {
+            self.clear();
+            self.term = term;
+        }
+        let mut staged = Staged {
+            producers: HashMap::new(),
+            end_offset: self.in_flight.back().map_or(log_end, |(_, end)| *end),
+        };
+        let decisions = requests
+            .map(|batches| self.decide_one(table, &mut staged, batches))
+            .collect();
+        (decisions, staged)
+    }
+
+    fn decide_one(
+        &self,
+        table: &ProducerTable,
+        staged: &mut Staged,
+        batches: &[Bytes],
+    ) -> Decision {
+        // Changes of this request alone: kept only if all of it is accepted.
+        let mut mine: HashMap<i64, ProducerState> = HashMap::new();
+        let mut next = staged.end_offset;
+        for (i, bytes) in batches.iter().enumerate() {
+            let h = match parse_header(bytes) {
+                Ok(h) => h,
+                Err(e) => return Decision::Reject(e),
+            };
+            if h.producer_id != NO_PRODUCER_ID {
+                let pid = h.producer_id;
+                let current = mine
+                    .get(&pid)
+                    .or_else(|| staged.producers.get(&pid))
+                    .or_else(|| self.producers.get(&pid).map(|(s, _)| s))
+                    .or_else(|| table.live(pid));
+                match check(current, &h) {
+                    Ok(SequenceCheck::Accept) => {
+                        let mut after = current.cloned().unwrap_or_default();
+                        after.record(&h, next);
+                        mine.insert(pid, after);
+                    }
+                    Ok(SequenceCheck::Duplicate { base_offset }) if i == 0 => {
+                        return Decision::Duplicate { base_offset };
+                    }
+                    Ok(SequenceCheck::Duplicate { .. }) => {
+                        return Decision::Reject(HelixError::DuplicateSequence);
+                    }
+                    Err(e) => return Decision::Reject(e),
+                }
+            }
+            next += i64::from(h.record_count);
+        }
+        let base_offset = staged.end_offset;
+        staged.end_offset = next;
+        staged.producers.extend(mine);
+        Decision::Append { base_offset }
+    }
+
+    /// Raft took the proposal at `index`: its decisions are now what later
+    /// proposals are checked against.
+    pub fn commit(&mut self, index: u64, staged: Staged) {
+        for (pid, state) in staged.producers {
+            self.producers.insert(pid, (state, index));
+        }
+        self.in_flight.push_back((index, staged.end_offset));
+    }
+
+    /// The entry at `index` was applied: what it decided is in the table.
+    pub fn applied(&mut self, index: u64) {
+        while self.in_flight.front().is_some_and(|(i, _)| *i <= index) {
+            self.in_flight.pop_front();
+        }
+        if self.in_flight.is_empty() {
+            self.producers.clear();
+        } else {
+            self.producers.retain(|_, (_, at)| *at > index);
+        }
+    }
+
+    /// Forgets every proposal (the term changed, or the log was cut).
+    pub fn clear(&mut self) {
+        self.producers.clear();
+        self.in_flight.clear();
     }
 }
 
@@ -130,96 +372,4 @@ fn next_seq(s: i32) -> i32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn header(pid: i64, epoch: i16, seq: i32, count: i32) -> BatchHeader {
-        BatchHeader {
-            base_offset: 0,
-            batch_length: 88,
-            partition_leader_epoch: 1,
-            magic: 2,
-            crc: 0,
-            attributes: 0,
-            last_offset_delta: count - 1,
-            first_timestamp: 0,
-            max_timestamp: 0,
-            producer_id: pid,
-            producer_epoch: epoch,
-            base_sequence: seq,
-            record_count: count,
-        }
-    }
-
-    #[test]
-    fn in_order_batches_are_accepted_and_a_replay_is_a_duplicate() {
-        let mut t = ProducerTable::default();
-        let a = header(9, 0, 0, 3);
-        assert_eq!(t.check(&a).expect("first"), SequenceCheck::Accept);
-        t.record(&a, 100);
-        let b = header(9, 0, 3, 2);
-        assert_eq!(t.check(&b).expect("next"), SequenceCheck::Accept);
-        t.record(&b, 103);
-        assert_eq!(
-            t.check(&a).expect("replay"),
-            SequenceCheck::Duplicate { base_offset: 100 }
-        );
-        assert_eq!(
-            t.check(&b).expect("replay"),
-            SequenceCheck::Duplicate { base_offset: 103 }
-        );
-    }
-
-    #[test]
-    fn a_gap_is_out_of_order_and_an_old_epoch_is_fenced() {
-        let mut t = ProducerTable::default();
-        let a = header(9, 1, 0, 1);
-        t.record(&a, 0);
-        let gap = header(9, 1, 5, 1);
-        assert!(matches!(
-            t.check(&gap),
-            Err(HelixError::OutOfOrderSequence {
-                expected: 1,
-                got: 5
-            })
-        ));
-        assert!(matches!(
-            t.check(&header(9, 0, 1, 1)),
-            Err(HelixError::InvalidProducerEpoch)
-        ));
-        assert_eq!(
-            t.check(&header(9, 2, 0, 1)).expect("new epoch"),
-            SequenceCheck::Accept
-        );
-        assert!(
-            t.check(&header(10, 0, 4, 1)).is_err(),
-            "unknown producer must start at 0"
-        );
-    }
-
-    #[test]
-    fn rebuild_from_headers_restores_duplicate_detection() {
-        let mut a = header(5, 0, 0, 2);
-        a.base_offset = 40;
-        let mut b = header(5, 0, 2, 2);
-        b.base_offset = 42;
-        let t = ProducerTable::rebuild(&[a, b]);
-        assert_eq!(
-            t.check(&b).expect("dup"),
-            SequenceCheck::Duplicate { base_offset: 42 }
-        );
-        assert_eq!(
-            t.check(&header(5, 0, 4, 1)).expect("next"),
-            SequenceCheck::Accept
-        );
-    }
-
-    #[test]
-    fn non_idempotent_batches_are_never_checked() {
-        let t = ProducerTable::default();
-        assert_eq!(
-            t.check(&header(-1, -1, -1, 3)).expect("plain"),
-            SequenceCheck::Accept
-        );
-    }
-}
+mod tests;

@@ -1,8 +1,13 @@
 //! State derived from a partition's log: idempotent-producer sequences and
 //! the batch with the largest timestamp. Rebuilt at open from a snapshot
-//! (written by the worker at close and with every retention sweep) plus the
-//! batch headers after it; without a usable snapshot, from the whole log.
-//! Reads headers only, a bounded chunk at a time.
+//! plus the batch headers after it; without a usable snapshot, from the
+//! whole log. Reads headers only, a bounded chunk at a time.
+//!
+//! A snapshot is the state as of one Raft position (ADR 0022), written and
+//! fsynced at close, before every retention sweep and before every
+//! DeleteRecords, so the producer state outlives the records it came from.
+//! It is used only where the log still holds that position with that term
+//! (or no longer holds it because the records were removed below it).
 
 use std::path::Path;
 
@@ -24,6 +29,12 @@ pub struct Snapshot {
     /// where a restarted replica's high watermark starts.
     #[serde(default)]
     pub acknowledged_offset: i64,
+    /// The Raft position it covers (0: a snapshot of an older version,
+    /// never used).
+    #[serde(default)]
+    pub index: u64,
+    #[serde(default)]
+    pub term: u64,
 }
 
 impl Snapshot {
@@ -50,15 +61,37 @@ impl Snapshot {
         }
     }
 
-    /// Replaces the snapshot in `dir` atomically. Not fsynced: a snapshot
-    /// lost or older after a power loss only makes the next open scan more.
+    /// Replaces the snapshot in `dir` atomically and durably (file, then
+    /// rename, then directory flushed): taken before records are removed,
+    /// it is all that is left of the producer state they carried.
     pub fn save(&self, dir: &Path) -> Result<()> {
+        use std::io::Write;
         let json = serde_json::to_vec(self)
             .map_err(|e| crate::error::HelixError::CorruptState(format!("snapshot: {e}")))?;
         let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-        std::fs::write(&tmp, json)?;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&json)?;
+        f.sync_data()?;
         std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
+        std::fs::File::open(dir)?.sync_all()?;
         Ok(())
+    }
+
+    /// This snapshot if it describes `log`: its position is in the log with
+    /// its term, or below the log's entries (removed since), and it claims
+    /// no more records than the log holds.
+    pub fn describes(self, log: &helix_wal::PartitionLog) -> Option<Snapshot> {
+        if self.index == 0 || self.covers > log.next_offset() {
+            return None;
+        }
+        let last = log.last_position().map_or(0, |p| p.index);
+        match log.term_of(self.index) {
+            Ok(Some(term)) if term == self.term => Some(self),
+            Ok(None) if self.index < last && self.covers <= log.log_start_offset().max(0) => {
+                Some(self)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -76,6 +109,7 @@ pub fn rebuild(
     snapshot: Option<Snapshot>,
 ) -> Result<(ProducerTable, MaxTimestamp)> {
     let snapshot = snapshot.filter(|s| s.covers <= end).unwrap_or_default();
+    // Records the snapshot covers may be gone; those after it are read.
     let mut producers = snapshot.producers;
     let mut max_ts = snapshot.max_timestamp;
     let mut offset = reader.log_start_offset().max(snapshot.covers);
@@ -131,13 +165,16 @@ mod tests {
             producers,
             max_timestamp: max_ts,
             acknowledged_offset: log.next_offset(),
+            index: 1,
+            term: 1,
         }
         .save(dir.path())
         .expect("save");
         let second = append(&mut log, 2, 1, 50);
         let end = log.next_offset();
-        let (from_snapshot, ts) =
-            rebuild(&log.reader(), end, Snapshot::load(dir.path())).expect("tail");
+        let loaded = Snapshot::load(dir.path()).and_then(|s| s.describes(&log));
+        assert!(loaded.is_some(), "the log holds its position with its term");
+        let (from_snapshot, ts) = rebuild(&log.reader(), end, loaded).expect("tail");
         assert_eq!(
             ts,
             Some((0, 100)),
@@ -150,14 +187,29 @@ mod tests {
             ));
         }
         // A snapshot claiming more than the log holds (the log lost its
-        // tail) is ignored: the state comes from the log alone.
-        Snapshot {
-            covers: end + 10,
-            ..Snapshot::default()
+        // tail), or a position the log holds with another term, or none
+        // (an older version's) is not used: the state comes from the log.
+        for wrong in [
+            Snapshot {
+                covers: end + 10,
+                index: 2,
+                term: 1,
+                ..Snapshot::default()
+            },
+            Snapshot {
+                covers: 1,
+                index: 1,
+                term: 9,
+                ..Snapshot::default()
+            },
+            Snapshot {
+                covers: 1,
+                ..Snapshot::default()
+            },
+        ] {
+            assert!(wrong.describes(&log).is_none());
         }
-        .save(dir.path())
-        .expect("save");
-        let (scanned, _) = rebuild(&log.reader(), end, Snapshot::load(dir.path())).expect("scan");
+        let (scanned, _) = rebuild(&log.reader(), end, None).expect("scan");
         assert!(matches!(
             scanned.check(&second),
             Ok(SequenceCheck::Duplicate { .. })

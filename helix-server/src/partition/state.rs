@@ -8,6 +8,8 @@
 //! A proposal is matched to the entry applied at its index only if that
 //! entry carries the term it was proposed in (docs/raft.md).
 
+mod propose;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,14 +18,14 @@ use bytes::Bytes;
 use helix_raft::{Entry, EntryKind, LogIndex, RaftGroup, Role, Term};
 use helix_wal::{AppendCheck, LogConfig, PartitionLog, RaftPosition};
 
-use super::answers::{Unacked, Waiter, copy_error, fail_waiter};
-use super::apply::{Applied, apply_produce};
+use super::answers::{Unacked, Waiter, fail_waiter};
+use super::apply::apply_produce;
 use super::entry::{self, PartitionEntry};
-use super::producers::ProducerTable;
+use super::producers::{Decision, ProducerTable, Proposed};
 use super::raft::HardStateFile;
 use super::scan::{self, Snapshot};
 use super::{Leadership, Published};
-use crate::batcher::{PartitionCommand, PendingProduce, ProduceAck, Work};
+use crate::batcher::{PartitionCommand, ProduceAck, Work};
 use crate::error::{HelixError, Result};
 use crate::metrics::{Metrics, Stage, metrics};
 
@@ -34,7 +36,10 @@ pub struct PartitionState {
     /// Always Some, except for the instant of a reopen (see `reconfigure`).
     log: Option<PartitionLog>,
     pub(crate) hard_state: HardStateFile,
+    /// Producer state as of the last applied entry (every replica).
     producers: ProducerTable,
+    /// The leader's decisions not yet applied (empty on followers).
+    proposed: Proposed,
     published: Arc<Published>,
     /// Proposed entries (term at propose, index) in index order, with who
     /// waits for them.
@@ -63,6 +68,7 @@ impl PartitionState {
             log: Some(log),
             hard_state,
             producers,
+            proposed: Proposed::default(),
             published,
             waiting: VecDeque::new(),
             unacked: VecDeque::new(),
@@ -149,40 +155,6 @@ impl PartitionState {
         true
     }
 
-    fn propose_produce(&mut self, group: &mut RaftGroup, batch: Vec<PendingProduce>) {
-        let now = Instant::now();
-        let m = metrics();
-        let (mut records, mut bytes) = (0u64, 0u64);
-        for p in &batch {
-            m.record(Stage::BatcherQueueWait, now.duration_since(p.enqueued));
-            bytes += p.size as u64;
-            records += p
-                .batches
-                .iter()
-                .filter_map(|b| helix_wal::BatchHeader::parse(b).ok())
-                .map(|h| u64::try_from(h.record_count).unwrap_or(0))
-                .sum::<u64>();
-        }
-        m.batch_records.record(records);
-        m.batch_bytes.record(bytes);
-        let data = entry::encode_produce(batch.iter().map(|p| p.batches.as_slice()));
-        match group.propose(data) {
-            Ok(index) => {
-                Metrics::count(&m.counters.raft_entries, 1);
-                self.waiting
-                    .push_back((group.term(), index, Waiter::Produce(batch), now));
-            }
-            Err(e) => {
-                let err: HelixError = e.into();
-                for p in batch {
-                    if let Some(reply) = p.reply {
-                        let _ = reply.send(Err(copy_error(&err)));
-                    }
-                }
-            }
-        }
-    }
-
     /// Cuts the WAL after `after` (a new leader's log differs beyond it;
     /// always above the acknowledged index) and rebuilds what was derived
     /// from the dropped entries.
@@ -190,9 +162,15 @@ impl PartitionState {
         let log = live(&mut self.log)?;
         log.truncate_after(after.0)?;
         self.applied = self.applied.min(after);
-        // A snapshot taken beyond the cut no longer describes the log.
-        Snapshot::remove(&self.dir);
-        let (producers, max_ts) = scan::rebuild(&log.reader(), log.next_offset(), None)?;
+        self.proposed.clear();
+        // A snapshot taken beyond the cut no longer describes the log; one
+        // at or below it still does, plus the entries after it.
+        let snapshot = Snapshot::load(&self.dir).and_then(|s| s.describes(log));
+        if snapshot.is_none() {
+            Snapshot::remove(&self.dir);
+        }
+        let (mut producers, max_ts) = scan::rebuild(&log.reader(), log.next_offset(), snapshot)?;
+        producers.set_expiration(self.producers.expiration_ms());
         self.producers = producers;
         if let Ok(mut m) = self.published.max_timestamp.lock() {
             *m = max_ts;
@@ -247,6 +225,7 @@ impl PartitionState {
             };
             m.record(Stage::Apply, started.elapsed());
             self.applied = e.index;
+            self.proposed.applied(e.index.0);
             let unacked = self.settle(e.index, waiter.map(|(w, _)| w), applying, proposed_at);
             self.push_unacked(unacked);
             last = Some(e.index);
@@ -301,6 +280,8 @@ impl PartitionState {
                 Applying::Produce(outcomes)
             }
             PartitionEntry::DeleteRecords { before } => {
+                // The producer state survives the records it came from.
+                self.snapshot();
                 let log = live(&mut self.log)?;
                 log.append(pos, &[])?;
                 // Deterministic on every replica: the entry's own position
@@ -333,20 +314,36 @@ impl PartitionState {
         let mut unacked = Unacked::new(index, end_offset, proposed_at);
         match (waiter, applying) {
             (None, _) => {}
-            (Some(Waiter::Produce(requests)), Some(Applying::Produce(outcomes))) => {
-                for (p, outcome) in requests.into_iter().zip(outcomes) {
-                    let answer = match outcome {
-                        Applied::Appended { base_offset } => Ok(ProduceAck {
-                            base_offset,
-                            log_start_offset: log_start,
-                            duplicate: false,
-                        }),
-                        Applied::Duplicate { base_offset } => Ok(ProduceAck {
+            (Some(Waiter::Produce(requests)), Some(Applying::Produce(offsets))) => {
+                let mut offsets = offsets.into_iter();
+                for (p, decision) in requests {
+                    let answer = match decision {
+                        Decision::Append { base_offset } => {
+                            let stored = offsets.next().unwrap_or(-1);
+                            if stored == base_offset {
+                                Ok(ProduceAck {
+                                    base_offset,
+                                    log_start_offset: log_start,
+                                    duplicate: false,
+                                })
+                            } else {
+                                tracing::error!(
+                                    ?index,
+                                    base_offset,
+                                    stored,
+                                    "an appended request landed where its leader did not decide"
+                                );
+                                Err(HelixError::CorruptState(
+                                    "a request landed at another offset than decided".into(),
+                                ))
+                            }
+                        }
+                        Decision::Duplicate { base_offset } => Ok(ProduceAck {
                             base_offset,
                             log_start_offset: log_start,
                             duplicate: true,
                         }),
-                        Applied::Rejected(err) => Err(err),
+                        Decision::Reject(err) => Err(err),
                     };
                     let Some(reply) = p.reply else { continue };
                     if p.acks == 1 || answer.is_err() {
@@ -494,7 +491,13 @@ impl PartitionState {
     /// only what follows, with the acknowledged offset known now.
     fn snapshot(&mut self) {
         let Some(log) = self.log.as_ref() else { return };
+        let Some(at) = log.last_position() else {
+            return;
+        };
+        self.producers.expire();
         let snapshot = Snapshot {
+            index: at.index,
+            term: at.term,
             covers: log.next_offset(),
             producers: std::mem::take(&mut self.producers),
             max_timestamp: self
@@ -541,7 +544,8 @@ impl PartitionState {
 /// What applying a normal entry produced.
 #[derive(Debug)]
 enum Applying {
-    Produce(Vec<Applied>),
+    /// Base offset of each request of the entry.
+    Produce(Vec<i64>),
     DeleteRecords(Result<i64>),
 }
 

@@ -194,7 +194,7 @@ fn split_batches(batches: &Bytes) -> crate::error::Result<Vec<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::apply::{Applied, apply_produce};
+    use crate::partition::apply::apply_produce;
     use crate::partition::batch::tests::make_batch;
     use crate::partition::entry::{PartitionEntry, decode};
     use crate::partition::producers::ProducerTable;
@@ -206,7 +206,7 @@ mod tests {
         producers: &mut ProducerTable,
         index: u64,
         data: Bytes,
-    ) -> Vec<Applied> {
+    ) -> Vec<i64> {
         let PartitionEntry::Produce { lengths, data } = decode(data).expect("decode") else {
             panic!("not a produce entry");
         };
@@ -246,20 +246,13 @@ mod tests {
         let b = make_batch(&[b"3"], 7, 3, 12);
         let original = entry::encode_produce([vec![a], vec![b]].iter().map(Vec::as_slice));
         let out = apply(&mut leader, &mut on_leader, 2, original);
-        assert!(
-            out.iter().all(|o| matches!(o, Applied::Appended { .. })),
-            "{out:?}"
-        );
+        assert_eq!(out, vec![1, 3]);
         let (pos, stored) = leader.entries_from(2).next().expect("entry").expect("read");
 
         // The follower, behind the leader's memory, gets it from the WAL.
         let caught_up = wal_entry(pos.term, pos.index, stored.clone()).expect("entry");
         let out = apply(&mut follower, &mut on_follower, 2, caught_up.data);
-        assert_eq!(out.len(), 2);
-        assert!(
-            out.iter().all(|o| matches!(o, Applied::Appended { .. })),
-            "{out:?}"
-        );
+        assert_eq!(out, vec![1, 3]);
         assert_eq!(follower.next_offset(), 4);
         let (_, copied) = follower
             .entries_from(2)
