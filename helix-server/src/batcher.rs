@@ -7,9 +7,10 @@
 //!
 //! Backpressure bounds what the node holds for produce requests that are
 //! not answered yet: `max_pending_requests` and `max_pending_bytes`. At the
-//! limit, connections stop reading (see `kafka/connection.rs`) and a request
-//! that cannot get room before its timeout is answered REQUEST_TIMED_OUT,
-//! which librdkafka and the Java producer both retry (docs/adr/0011).
+//! limit, connections stop reading (see `kafka/connection.rs`), and a
+//! client's request already read waits for its room however long it takes,
+//! in arrival order: it is never failed for want of room, since a client
+//! retrying it would store it after requests it sent later (ADR 0011).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -187,40 +188,49 @@ impl Backpressure {
         }
     }
 
-    /// Waits for room for one request of `size` bytes, at most `timeout`.
-    /// A request larger than the whole byte budget takes all of it.
-    pub async fn acquire(&self, size: usize, timeout: Duration) -> Result<Room> {
+    /// Waits for room for one request of `size` bytes, as long as it takes
+    /// (first come, first served: the semaphores are fair). A request
+    /// larger than the whole byte budget takes all of it. Room comes back
+    /// as requests are answered, and every proposal is answered or failed
+    /// (a leader that loses its quorum steps down and fails its waiters).
+    pub async fn acquire(&self, size: usize) -> Result<Room> {
         let take = size.clamp(1, self.max_bytes) as u32;
-        let wait = async {
-            let request = self
-                .requests
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| HelixError::ShuttingDown)?;
-            let bytes = self
-                .bytes
-                .clone()
-                .acquire_many_owned(take)
-                .await
-                .map_err(|_| HelixError::ShuttingDown)?;
-            let c = &metrics().counters;
-            Metrics::peak(
-                &c.pending_requests_peak,
-                (self.max_requests - self.requests.available_permits()) as u64,
-            );
-            Metrics::peak(
-                &c.pending_bytes_peak,
-                (self.max_bytes - self.bytes.available_permits()) as u64,
-            );
-            Ok(Room {
-                _request: request,
-                _bytes: Some(bytes),
-            })
-        };
-        tokio::time::timeout(timeout, wait)
+        let request = self
+            .requests
+            .clone()
+            .acquire_owned()
             .await
-            .map_err(|_| HelixError::Timeout("produce backpressure"))?
+            .map_err(|_| HelixError::ShuttingDown)?;
+        let bytes = self
+            .bytes
+            .clone()
+            .acquire_many_owned(take)
+            .await
+            .map_err(|_| HelixError::ShuttingDown)?;
+        let c = &metrics().counters;
+        Metrics::peak(
+            &c.pending_requests_peak,
+            (self.max_requests - self.requests.available_permits()) as u64,
+        );
+        Metrics::peak(
+            &c.pending_bytes_peak,
+            (self.max_bytes - self.bytes.available_permits()) as u64,
+        );
+        Ok(Room {
+            _request: request,
+            _bytes: Some(bytes),
+        })
+    }
+
+    /// [`Backpressure::acquire`] for at most `timeout`: for the node's own
+    /// writers (group coordinator, controller), whose callers retry as a
+    /// whole; never for a client's produce request.
+    pub async fn acquire_within(&self, size: usize, timeout: Duration) -> Result<Room> {
+        let room = tokio::time::timeout(timeout, self.acquire(size)).await;
+        room.map_err(|_| {
+            Metrics::count(&metrics().counters.backpressure_timeouts, 1);
+            HelixError::Timeout("produce backpressure")
+        })?
     }
 
     /// The delay asked of a producer in `throttle` mode: zero while both
@@ -386,33 +396,67 @@ mod tests {
     async fn throttle_is_zero_below_half_and_bounded_above() {
         let bp = Backpressure::new(4, 1000);
         assert_eq!(bp.throttle(), Duration::ZERO);
-        let a = bp.acquire(10, Duration::from_secs(1)).await.expect("room");
-        let b = bp.acquire(10, Duration::from_secs(1)).await.expect("room");
+        let a = bp.acquire(10).await.expect("room");
+        let b = bp.acquire(10).await.expect("room");
         assert_eq!(bp.throttle(), Duration::ZERO, "half used is not over");
-        let c = bp.acquire(10, Duration::from_secs(1)).await.expect("room");
+        let c = bp.acquire(10).await.expect("room");
         let three_quarters = bp.throttle();
         assert!(three_quarters > THROTTLE_MIN && three_quarters < THROTTLE_MAX);
-        let d = bp.acquire(10, Duration::from_secs(1)).await.expect("room");
+        let d = bp.acquire(10).await.expect("room");
         assert_eq!(bp.throttle(), THROTTLE_MAX);
         drop((a, b, c, d));
         assert_eq!(bp.throttle(), Duration::ZERO);
     }
 
     #[tokio::test]
-    async fn backpressure_times_out_when_full_and_frees_on_drop() {
+    async fn the_timed_acquire_times_out_when_full_and_room_frees_on_drop() {
         let bp = Backpressure::new(1, 1000);
         let room = bp
-            .acquire(10, Duration::from_millis(10))
+            .acquire_within(10, Duration::from_millis(10))
             .await
             .expect("room");
         let err = bp
-            .acquire(10, Duration::from_millis(10))
+            .acquire_within(10, Duration::from_millis(10))
             .await
             .expect_err("full");
         assert!(matches!(err, HelixError::Timeout(_)));
         assert_eq!(bp.requests.available_permits(), 0);
         assert_eq!(bp.bytes.available_permits(), 990);
         drop(room);
-        assert!(bp.acquire(10, Duration::from_millis(10)).await.is_ok());
+        assert!(
+            bp.acquire_within(10, Duration::from_millis(10))
+                .await
+                .is_ok()
+        );
+    }
+
+    /// ADR 0011: a client's request never fails for want of room; waiting
+    /// requests get room in the order they asked, so a connection's
+    /// requests are stored in the order it sent them.
+    #[tokio::test(start_paused = true)]
+    async fn requests_waiting_for_room_get_it_in_arrival_order_however_long_it_takes() {
+        let bp = Backpressure::new(1, 1000);
+        let held = bp.acquire(10).await.expect("room");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut waiters = Vec::new();
+        for i in 0..3 {
+            let (bp, tx) = (bp.clone(), tx.clone());
+            waiters.push(tokio::spawn(async move {
+                let room = bp.acquire(10).await.expect("room");
+                tx.send(i).expect("send");
+                drop(room);
+            }));
+            // Let it reach the queue before the next one asks.
+            tokio::task::yield_now().await;
+        }
+        // Longer than any timeout a client sends (paused time: instant).
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert!(rx.try_recv().is_err(), "nobody got room while it was held");
+        drop(held);
+        for w in waiters {
+            w.await.expect("waiter");
+        }
+        let order: Vec<i32> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert_eq!(order, vec![0, 1, 2]);
     }
 }

@@ -9,6 +9,7 @@ mod controller;
 mod endpoint;
 mod error;
 mod group;
+mod heap;
 mod kafka;
 mod metrics;
 mod partition;
@@ -23,6 +24,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 fn main() {
+    heap::configure();
     let flags = config::Flags::parse();
     if let Some(config::Command::Status(args)) = &flags.command {
         std::process::exit(status_command(args));

@@ -82,6 +82,7 @@ pub async fn run(config: Config) -> Result<()> {
         Arc::downgrade(&broker),
         broker.config.scrub_bytes_per_second,
     ));
+    tokio::spawn(crate::heap::trim_after_bursts(broker.backpressure.clone()));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let admission = Admission::new(
         broker.config.max_connections,

@@ -213,7 +213,7 @@ async fn produce(b: &Broker, topic: &str, p: i32, values: &[&[u8]]) -> Result<i6
         .collect();
     let room = b
         .backpressure
-        .acquire(batch.len(), Duration::from_secs(5))
+        .acquire_within(batch.len(), Duration::from_secs(5))
         .await?;
     let (reply, rx) = tokio::sync::oneshot::channel();
     part.produce(crate::batcher::PendingProduce {

@@ -128,11 +128,10 @@ pub async fn enqueue(
                             Err(e) => Slot::Done(Err(e)),
                             Ok(batches) => {
                                 Metrics::count(&m.counters.produce_bytes, records.len() as u64);
-                                match broker.backpressure.acquire(records.len(), timeout).await {
-                                    Err(e) => {
-                                        Metrics::count(&m.counters.backpressure_timeouts, 1);
-                                        Slot::Done(Err(e))
-                                    }
+                                // However long it takes (ADR 0011): the
+                                // read loop reads nothing meanwhile.
+                                match broker.backpressure.acquire(records.len()).await {
+                                    Err(e) => Slot::Done(Err(e)),
                                     Ok(room) => {
                                         if throttling {
                                             // Measured while this request

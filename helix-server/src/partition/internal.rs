@@ -64,7 +64,9 @@ pub async fn append(
         .into_iter()
         .map(|b| b.bytes)
         .collect();
-    let room = backpressure.acquire(batch.len(), room_timeout).await?;
+    let room = backpressure
+        .acquire_within(batch.len(), room_timeout)
+        .await?;
     let (reply, rx) = oneshot::channel();
     partition
         .produce(PendingProduce {

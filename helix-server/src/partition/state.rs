@@ -25,7 +25,7 @@ use super::producers::{Decision, ProducerTable, Proposed};
 use super::raft::HardStateFile;
 use super::scan::{self, Snapshot};
 use super::{Leadership, Published};
-use crate::batcher::{PartitionCommand, ProduceAck, Work};
+use crate::batcher::{PartitionCommand, PendingProduce, ProduceAck, Work};
 use crate::error::{HelixError, Result};
 use crate::metrics::{Metrics, Stage, metrics};
 
@@ -40,6 +40,9 @@ pub struct PartitionState {
     producers: ProducerTable,
     /// The leader's decisions not yet applied (empty on followers).
     proposed: Proposed,
+    /// Batches the in-memory Raft log had no room for, in arrival order
+    /// (see `state/propose.rs`).
+    held: VecDeque<Vec<PendingProduce>>,
     published: Arc<Published>,
     /// Proposed entries (term at propose, index) in index order, with who
     /// waits for them.
@@ -69,6 +72,7 @@ impl PartitionState {
             hard_state,
             producers,
             proposed: Proposed::default(),
+            held: VecDeque::new(),
             published,
             waiting: VecDeque::new(),
             unacked: VecDeque::new(),
@@ -527,6 +531,9 @@ impl PartitionState {
 
     /// Everyone still waiting gets `err`.
     pub fn fail_all(&mut self, err: &HelixError) {
+        for batch in self.held.drain(..) {
+            propose::fail_requests(batch, err);
+        }
         for (_, _, waiter, _) in self.waiting.drain(..) {
             fail_waiter(waiter, err);
         }

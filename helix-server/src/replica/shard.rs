@@ -192,11 +192,15 @@ impl Shard {
                 if self.balancing && self.ticks.is_multiple_of(BALANCE_STEP_TICKS) {
                     self.balancing = self.restore_preferred_leaders(BALANCE_BATCH);
                 }
-                for (id, state) in &self.states {
-                    if let Some(g) = self.multi.group_mut(*id)
-                        && state.stand_down_if_damaged(g)
-                    {
-                        self.touched.insert(*id);
+                for (id, state) in &mut self.states {
+                    if let Some(g) = self.multi.group_mut(*id) {
+                        if state.stand_down_if_damaged(g) {
+                            self.touched.insert(*id);
+                        }
+                        // Proposals the in-memory log had no room for.
+                        if state.retry_held(g) {
+                            self.touched.insert(*id);
+                        }
                     }
                 }
             }

@@ -1,10 +1,16 @@
 //! The leader's side of a produce proposal: it decides which requests go
 //! into the log (idempotence, ADR 0022), answers the rest, and proposes
 //! one entry for the batch.
+//!
+//! When the node's in-memory Raft log has no room, the batch is held (in
+//! order, with every later batch behind it) and proposed again at the next
+//! tick, never failed: a client retrying a failed request would store it
+//! after requests it sent later (ADR 0011). Held requests keep their room
+//! in the node's produce budget, which bounds them.
 
 use std::time::Instant;
 
-use helix_raft::{LogIndex, RaftGroup, Role};
+use helix_raft::{LogIndex, ProposeError, RaftGroup, Role};
 
 use super::PartitionState;
 use crate::batcher::PendingProduce;
@@ -31,15 +37,49 @@ impl PartitionState {
         }
         m.batch_records.record(records);
         m.batch_bytes.record(bytes);
+        if !self.held.is_empty() {
+            self.held.push_back(batch);
+            return;
+        }
+        if let Some(back) = self.try_propose(group, batch, now) {
+            self.held.push_back(back);
+        }
+    }
+
+    /// Proposes held batches again, oldest first, until one still finds no
+    /// room. True when one was proposed.
+    pub fn retry_held(&mut self, group: &mut RaftGroup) -> bool {
+        let mut proposed = false;
+        while let Some(batch) = self.held.pop_front() {
+            if let Some(back) = self.try_propose(group, batch, Instant::now()) {
+                self.held.push_front(back);
+                break;
+            }
+            proposed = true;
+        }
+        proposed
+    }
+
+    /// Decides and proposes one batch; gives back what the in-memory log
+    /// had no room for (undecided: decided again when retried).
+    fn try_propose(
+        &mut self,
+        group: &mut RaftGroup,
+        batch: Vec<PendingProduce>,
+        now: Instant,
+    ) -> Option<Vec<PendingProduce>> {
+        let m = metrics();
         // The leader decides which requests go into the log, once, against
         // a producer table that must have seen every entry before its own:
         // everything not yet applied must be of its term (ADR 0022).
         let unapplied_term = group.term_at(LogIndex(self.applied.0 + 1));
         let Some(log) = self.log.as_ref() else {
-            return fail_requests(batch, &HelixError::ShuttingDown);
+            fail_requests(batch, &HelixError::ShuttingDown);
+            return None;
         };
         if group.role() != Role::Leader || unapplied_term.is_some_and(|t| t != group.term()) {
-            return fail_requests(batch, &HelixError::NotLeader);
+            fail_requests(batch, &HelixError::NotLeader);
+            return None;
         }
         let (decisions, staged) = self.proposed.decide(
             group.term().0,
@@ -59,7 +99,7 @@ impl PartitionState {
             }
         }
         if waiting.is_empty() {
-            return;
+            return None;
         }
         // Duplicates travel in the entry's waiter only: they are answered
         // once this entry, after their original, is acknowledged.
@@ -72,20 +112,29 @@ impl PartitionState {
         match group.propose(data) {
             Ok(index) => {
                 Metrics::count(&m.counters.raft_entries, 1);
+                // The entry holds its own copy: the requests' bytes (their
+                // frames) are freed now, not when they are answered.
+                for (p, _) in &mut waiting {
+                    p.batches = Vec::new();
+                }
                 self.proposed.commit(index.0, staged);
                 self.waiting
                     .push_back((group.term(), index, Waiter::Produce(waiting), now));
+            }
+            Err(ProposeError::Backpressure) => {
+                return Some(waiting.into_iter().map(|(p, _)| p).collect());
             }
             Err(e) => {
                 let err: HelixError = e.into();
                 fail_requests(waiting.into_iter().map(|(p, _)| p).collect(), &err);
             }
         }
+        None
     }
 }
 
 /// Answers each request with `err`.
-fn fail_requests(requests: Vec<PendingProduce>, err: &HelixError) {
+pub(super) fn fail_requests(requests: Vec<PendingProduce>, err: &HelixError) {
     for p in requests {
         if let Some(reply) = p.reply {
             let _ = reply.send(Err(copy_error(err)));
