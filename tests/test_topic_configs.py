@@ -187,6 +187,43 @@ def test_a_value_helix_does_not_apply_is_refused_and_kafkas_default_accepted(bro
     assert describe(broker.bootstrap, topic)[name].value == default
 
 
+@pytest.mark.parametrize("name,value", [
+    ("message.format.version", "0.10.0.0"), ("message.format.version", "2.8-IV1"),
+    ("message.downconversion.enable", "false"), ("message.timestamp.difference.max.ms", "3600000"),
+])
+def test_deprecated_configs_are_accepted_and_described_as_kafka_39_does(broker, topic, name, value):
+    """Issue 30 item 5: Kafka 3.9 accepts these (message.format.version is
+    ignored since inter-broker protocol 3.0) and describes the value set."""
+    clients.create_topic(broker.bootstrap, topic, 1)
+    set_config(broker.bootstrap, topic, name, value)
+    entry = describe(broker.bootstrap, topic)[name]
+    assert (entry.value, entry.source) == (value, 1), entry
+    # The legacy AlterConfigs (the whole set) takes it too.
+    a = clients.admin(broker.bootstrap)
+    (fut,) = a.alter_configs([ConfigResource("TOPIC", topic, set_config={name: value})],
+                             request_timeout=30).values()
+    fut.result(timeout=30)
+    assert describe(broker.bootstrap, topic)[name].value == value
+
+
+def test_an_invalid_message_format_version_is_refused(broker, topic):
+    clients.create_topic(broker.bootstrap, topic, 1)
+    with pytest.raises(KafkaException) as exc:
+        set_config(broker.bootstrap, topic, "message.format.version", "0.10")
+    assert exc.value.args[0].code() == KafkaError.INVALID_CONFIG, exc.value.args[0]
+
+
+def test_the_deprecated_timestamp_difference_bounds_produce_as_on_kafka(broker, topic):
+    """Kafka 3.9 uses message.timestamp.difference.max.ms for before/after
+    when those are left at their defaults."""
+    clients.create_topic(broker.bootstrap, topic, 1)
+    set_config(broker.bootstrap, topic, "message.timestamp.difference.max.ms", "60000")
+    now = int(time.time() * 1000)
+    reports = _deliver(broker.bootstrap, topic, [(b"old", now - 3_600_000), (b"now", now)])
+    assert reports[0][0] is not None and reports[0][0].code() == KafkaError.INVALID_TIMESTAMP, reports[0]
+    assert reports[1][0] is None, reports[1]
+
+
 def _deliver(bootstrap: str, topic: str, records: list[tuple[bytes, int | None]]) -> list:
     """Produces each (value, timestamp) in its own batch; returns the delivery
     reports (error, timestamp, offset) in order."""

@@ -38,6 +38,19 @@ pub enum ConfigKind {
     /// Known to Kafka, not applied by Helix: only Kafka's default value is
     /// accepted, so a topic never claims a behaviour it does not have.
     KafkaDefaultOnly,
+    /// Accepted with Kafka's own validation, stored and described, and
+    /// without effect, as in Kafka 3.9 (deprecated settings Kafka itself
+    /// ignores, and settings for paths Helix does not have).
+    Ignored(Accepts),
+}
+
+/// What an [`ConfigKind::Ignored`] setting accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepts {
+    /// A Kafka version (`message.format.version`).
+    MetadataVersion,
+    /// true or false, in any case.
+    Boolean,
 }
 
 /// Kafka's `config_type` codes.
@@ -65,7 +78,7 @@ const fn def(
     }
 }
 
-use ConfigKind::{Choice, KafkaDefaultOnly as Fixed, Long};
+use ConfigKind::{Choice, Ignored, KafkaDefaultOnly as Fixed, Long};
 use ConfigType as T;
 
 const LONG_MAX: &str = "9223372036854775807";
@@ -99,8 +112,20 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     def("local.retention.ms", Fixed, "-2", T::Long),
     def("max.compaction.lag.ms", Fixed, LONG_MAX, T::Long),
     def("max.message.bytes", Long { min: 0 }, "1048588", T::Int),
-    def("message.downconversion.enable", Fixed, "true", T::Boolean),
-    def("message.format.version", Fixed, "3.0-IV1", T::String),
+    // Down-conversion serves Fetch v0-v3, which Helix does not serve.
+    def(
+        "message.downconversion.enable",
+        Ignored(Accepts::Boolean),
+        "true",
+        T::Boolean,
+    ),
+    // Ignored by Kafka since inter-broker protocol 3.0 (deprecated).
+    def(
+        "message.format.version",
+        Ignored(Accepts::MetadataVersion),
+        "3.0-IV1",
+        T::String,
+    ),
     def(
         "message.timestamp.after.max.ms",
         Long { min: 0 },
@@ -113,9 +138,10 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         LONG_MAX,
         T::Long,
     ),
+    // Deprecated; Kafka 3.9 still uses it for before/after left unset.
     def(
         "message.timestamp.difference.max.ms",
-        Fixed,
+        Long { min: 0 },
         LONG_MAX,
         T::Long,
     ),
@@ -228,6 +254,24 @@ pub fn validate(name: &str, value: &str) -> Result<String> {
                 )))
             }
         }
+        ConfigKind::Ignored(Accepts::MetadataVersion) => {
+            if super::message_format::is_valid(v) {
+                Ok(v.to_string())
+            } else {
+                Err(HelixError::InvalidConfig(format!(
+                    "{name}: Version {v} is not a valid version"
+                )))
+            }
+        }
+        ConfigKind::Ignored(Accepts::Boolean) => {
+            if v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false") {
+                Ok(v.to_string())
+            } else {
+                Err(HelixError::InvalidConfig(format!(
+                    "{name}: {v:?} is not true or false"
+                )))
+            }
+        }
         ConfigKind::KafkaDefaultOnly => {
             if same_value(def, v) {
                 Ok(def.kafka_default.to_string())
@@ -327,6 +371,8 @@ impl EffectiveConfig {
             })
         };
         let long = |name: &str| value(name).parse::<i64>().unwrap_or(i64::MAX);
+        let difference = long("message.timestamp.difference.max.ms");
+        let or_difference = |v: i64| if v == i64::MAX { difference } else { v };
         EffectiveConfig {
             max_message_bytes: long("max.message.bytes").clamp(0, i64::from(i32::MAX)) as i32,
             retention_ms: long("retention.ms"),
@@ -335,8 +381,10 @@ impl EffectiveConfig {
             segment_ms: long("segment.ms"),
             index_interval_bytes: long("index.interval.bytes"),
             log_append_time: value("message.timestamp.type") == "LogAppendTime",
-            timestamp_before_max_ms: long("message.timestamp.before.max.ms"),
-            timestamp_after_max_ms: long("message.timestamp.after.max.ms"),
+            // Kafka 3.9: the deprecated difference applies to whichever
+            // of before/after is left at its default.
+            timestamp_before_max_ms: or_difference(long("message.timestamp.before.max.ms")),
+            timestamp_after_max_ms: or_difference(long("message.timestamp.after.max.ms")),
         }
     }
 
@@ -381,6 +429,41 @@ mod tests {
         assert!(check_replication(&min("3"), 5).is_ok());
         assert!(check_replication(&min("1"), 1).is_ok());
         assert!(check_replication(&BTreeMap::new(), 1).is_ok());
+    }
+
+    #[test]
+    fn deprecated_configs_are_accepted_stored_and_ignored_as_kafka_39_does() {
+        assert_eq!(
+            validate("message.format.version", "0.10.0.0").expect("valid"),
+            "0.10.0.0"
+        );
+        assert!(validate("message.format.version", "0.10").is_err());
+        assert_eq!(
+            validate("message.downconversion.enable", "false").expect("valid"),
+            "false"
+        );
+        assert!(validate("message.downconversion.enable", "no").is_err());
+        // The difference applies where before/after are left unset.
+        let broker = Config::default();
+        let set = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let e = EffectiveConfig::resolve(
+            &set(&[("message.timestamp.difference.max.ms", "5000")]),
+            &broker,
+        );
+        assert_eq!(e.timestamp_bounds(100_000), Some((95_000, 105_000)));
+        let e = EffectiveConfig::resolve(
+            &set(&[
+                ("message.timestamp.difference.max.ms", "5000"),
+                ("message.timestamp.after.max.ms", "10"),
+            ]),
+            &broker,
+        );
+        assert_eq!(e.timestamp_bounds(100_000), Some((95_000, 100_010)));
     }
 
     #[test]

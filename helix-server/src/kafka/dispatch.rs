@@ -13,7 +13,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::messages::{
+    ApiKey, OffsetCommitResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
+};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::segmented::{self, Frame};
@@ -191,6 +193,26 @@ pub async fn start_from(
                     records::offset_for_leader_epoch(&b, req),
                 ))
             }),
+            RequestKind::OffsetCommit(mut req) => {
+                let unknown = super::offset_commit::take_unknown(&b, &mut req);
+                if req.topics.is_empty() && !unknown.is_empty() {
+                    let resp = OffsetCommitResponse::default().with_topics(unknown);
+                    return Ok(Box::pin(async move {
+                        respond(ResponseKind::OffsetCommit(resp))
+                    }));
+                }
+                let call = crate::group::wire::classify(RequestKind::OffsetCommit(req))
+                    .map_err(|other| Close(format!("no handler for {other:?}")))?;
+                let client_id = header.client_id.as_deref().unwrap_or_default().to_string();
+                let host = crate::group::wire::client_host(peer);
+                Box::pin(async move {
+                    let mut answer = b.groups.call(call, version, client_id, host).await?;
+                    if let ResponseKind::OffsetCommit(r) = &mut answer {
+                        r.topics.extend(unknown);
+                    }
+                    respond(answer)
+                })
+            }
             other => {
                 let call = crate::group::wire::classify(other)
                     .map_err(|other| Close(format!("no handler for {other:?}")))?;

@@ -11,6 +11,7 @@ pub mod fetch;
 pub mod frame;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
 pub mod produce;
 pub mod records;
 pub mod segmented;
