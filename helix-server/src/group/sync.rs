@@ -148,13 +148,19 @@ impl Coordinator {
         else {
             return;
         };
-        let current =
-            group.state == GroupState::CompletingRebalance && group.generation == generation;
-        let Some((_, assignments)) = group
-            .assignment_in_flight
-            .take()
-            .filter(|(g, _)| current && *g == generation)
-        else {
+        // Only the current generation's own assignment settles it: an
+        // older generation's acknowledgement that arrives late must leave
+        // the current one in flight.
+        let current = group.state == GroupState::CompletingRebalance
+            && group.generation == generation
+            && group
+                .assignment_in_flight
+                .as_ref()
+                .is_some_and(|(g, _)| *g == generation);
+        if !current {
+            return;
+        }
+        let Some((_, assignments)) = group.assignment_in_flight.take() else {
             return;
         };
         if let Err(error) = result {

@@ -209,6 +209,36 @@ fn static_member_restart_gets_its_assignment_back_without_a_rebalance() {
     assert_eq!(h.join_response(stale).error_code, FENCED_INSTANCE_ID);
 }
 
+/// Issue 30 item 6: the first generation's assignment is still being
+/// stored when a second member joins; the next generation's assignment is
+/// proposed, and the old one's acknowledgement arrives after that. Both
+/// members' SyncGroups must be answered (the old acknowledgement used to
+/// drop the new generation's assignment in flight, and the SyncGroups of
+/// two static librdkafka consumers waited for their 9-s request timeout).
+#[test]
+fn an_old_generations_late_assignment_does_not_swallow_the_current_one() {
+    let mut h = Harness::new(config());
+    let first = h.join(5, "g", "", Some("consumer1"), &range());
+    let c1 = h.join_response(first).member_id.to_string();
+    let gen1 = h.join_response(first).generation_id;
+    h.hold = true;
+    let old_sync = h.sync(3, "g", &c1, gen1, &[(&c1, b"all")]);
+    assert_eq!(h.held.len(), 1, "the first assignment is being stored");
+    let second = h.join(5, "g", "", Some("consumer2"), &range());
+    assert_eq!(h.sync_response(old_sync).error_code, REBALANCE_IN_PROGRESS);
+    let rejoin = h.join(5, "g", &c1, Some("consumer1"), &range());
+    let gen2 = h.join_response(rejoin).generation_id;
+    let c2 = h.join_response(second).member_id.to_string();
+    assert_eq!(gen2, gen1 + 1);
+    let sync1 = h.sync(3, "g", &c1, gen2, &[(&c1, b"a"), (&c2, b"b")]);
+    let sync2 = h.sync(3, "g", &c2, gen2, &[]);
+    assert_eq!(h.held.len(), 2, "the second assignment is proposed too");
+    h.release();
+    assert_eq!(h.sync_response(sync1).assignment.as_ref(), b"a");
+    assert_eq!(h.sync_response(sync2).assignment.as_ref(), b"b");
+    assert_eq!(h.describe("g").group_state.as_str(), "Stable");
+}
+
 #[test]
 fn static_leader_restart_at_v9_is_told_to_skip_assignment() {
     let mut h = Harness::new(config());
