@@ -167,7 +167,7 @@ def test_every_kafka_topic_config_is_described_with_kafkas_default(broker, topic
 
 
 @pytest.mark.parametrize("name,value,default", [
-    ("compression.type", "gzip", "producer"), ("flush.messages", "1", "9223372036854775807"),
+    ("flush.messages", "1", "9223372036854775807"),
     ("preallocate", "true", "false"), ("unclean.leader.election.enable", "true", "false"),
     ("cleanup.policy", "compact", "delete"), ("min.cleanable.dirty.ratio", "0.9", "0.5"),
     ("leader.replication.throttled.replicas", "0:1", ""),
@@ -357,3 +357,47 @@ def test_kafka_configs_tool_round_trip(broker, topic):
         rc, out = kafka_configs(broker.bootstrap, *entity, "--alter", "--add-config", "no.such.config=1")
         assert rc != 0 and "no.such.config" in out, out
         assert describe(broker.bootstrap, topic)["preallocate"].value == "false"
+
+
+@pytest.mark.parametrize("codec,level_config,level,attr", [
+    ("uncompressed", None, None, 0), ("gzip", "compression.gzip.level", "9", 1), ("snappy", None, None, 2),
+    ("lz4", "compression.lz4.level", "12", 3), ("zstd", "compression.zstd.level", "7", 4),
+])
+def test_topic_compression_type_recompresses_keeping_offsets_and_timestamps(broker, topic, codec,
+                                                                              level_config, level, attr):
+    """Issue 30 item 4: CreateTopics with compression.type (and a KIP-390
+    level) is accepted; batches the producer sent in another codec are
+    stored in the topic's codec with their offsets and timestamps, and every
+    client reads them back."""
+    config = {"compression.type": codec}
+    if level_config:
+        config[level_config] = level
+    clients.create_topic(broker.bootstrap, topic, 1, config=config)
+    produced_with = "zstd" if codec == "uncompressed" else "none"
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": broker.bootstrap, "acks": "all",
+                  "compression.type": produced_with, "linger.ms": 20})
+    now = int(time.time() * 1000)
+    sent = [(f"k{i}".encode(), f"value-{i}".encode() * 20, now - 1000 + i) for i in range(50)]
+    delivered: list = []
+    for key, value, ts in sent:
+        p.produce(topic, key=key, value=value, partition=0, timestamp=ts,
+                  on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    assert p.flush(30) == 0
+    assert all(err is None for err, _ in delivered), delivered
+    assert sorted(o for _, o in delivered) == list(range(50))
+    assert describe(broker.bootstrap, topic)["compression.type"].value == codec
+    with kwire.Conn(broker.host, broker.port) as conn:
+        batches = conn.fetch_all(topic, 0, 50)
+    assert batches and all(b.compression == attr for b in batches), [b.compression for b in batches]
+    assert all(b.crc_ok for b in batches)
+    c = Consumer({**clients.RDKAFKA, "bootstrap.servers": broker.bootstrap, "group.id": f"{topic}-r",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 50 and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            got.append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
+    c.close()
+    assert got == [(i, k, v, ts) for i, (k, v, ts) in enumerate(sent)]

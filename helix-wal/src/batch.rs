@@ -51,6 +51,8 @@ pub enum BatchError {
     BadLastOffsetDelta { delta: i32 },
     #[error("CRC-32C mismatch: header says {stored:#010x}, content has {computed:#010x}")]
     CrcMismatch { stored: u32, computed: u32 },
+    #[error("a batch of {len} bytes is larger than a batch can declare")]
+    TooLarge { len: usize },
 }
 
 /// The fixed fields of a v2 record batch header, as stored.
@@ -248,6 +250,29 @@ pub fn set_log_append_time(batch: &mut [u8], append_time_ms: i64) -> Result<(), 
     let crc = compute_crc(batch);
     batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(())
+}
+
+/// A batch with the header fields of `batch` (a whole batch) and `records`
+/// as its records section, compressed with `codec` (0-4): the length, the
+/// compression bits of the attributes and the CRC are set to match; offsets,
+/// timestamps, producer fields and the record count stay (what a broker
+/// that recompresses keeps, as Kafka does).
+pub fn with_records(batch: &[u8], codec: i16, records: &[u8]) -> Result<Vec<u8>, BatchError> {
+    let h = BatchHeader::parse_checked(batch)?;
+    let length = i32::try_from(HEADER_LEN - LOG_OVERHEAD + records.len()).map_err(|_| {
+        BatchError::TooLarge {
+            len: HEADER_LEN + records.len(),
+        }
+    })?;
+    let mut out = Vec::with_capacity(HEADER_LEN + records.len());
+    out.extend_from_slice(&batch[..HEADER_LEN]);
+    out.extend_from_slice(records);
+    out[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+    let attributes = (h.attributes & !ATTR_COMPRESSION_MASK) | (codec & ATTR_COMPRESSION_MASK);
+    out[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = compute_crc(&out);
+    out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(out)
 }
 
 /// Iterates the batches of a buffer holding whole, back-to-back v2 batches,

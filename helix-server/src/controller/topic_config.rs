@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::config::Config;
 use crate::error::{HelixError, Result};
+use crate::partition::recompress::TopicCompression;
 
 /// Where a config value comes from (Kafka's DescribeConfigs `config_source`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,9 @@ pub enum ConfigKind {
     Long { min: i64 },
     /// Applied: one of the words Helix supports.
     Choice(&'static [&'static str]),
+    /// Applied: an integer in `min..=max`, or exactly `or` when given
+    /// (Kafka's compression level validators).
+    Range { min: i64, max: i64, or: Option<i64> },
     /// Known to Kafka, not applied by Helix: only Kafka's default value is
     /// accepted, so a topic never claims a behaviour it does not have.
     KafkaDefaultOnly,
@@ -78,7 +82,7 @@ const fn def(
     }
 }
 
-use ConfigKind::{Choice, Ignored, KafkaDefaultOnly as Fixed, Long};
+use ConfigKind::{Choice, Ignored, KafkaDefaultOnly as Fixed, Long, Range};
 use ConfigType as T;
 
 const LONG_MAX: &str = "9223372036854775807";
@@ -92,10 +96,42 @@ const LONG_MAX: &str = "9223372036854775807";
 /// docs/configuration.md has the table.
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     def("cleanup.policy", Choice(&["delete"]), "delete", T::List),
-    def("compression.gzip.level", Fixed, "-1", T::Int),
-    def("compression.lz4.level", Fixed, "9", T::Int),
-    def("compression.type", Fixed, "producer", T::String),
-    def("compression.zstd.level", Fixed, "3", T::Int),
+    def(
+        "compression.gzip.level",
+        Range {
+            min: 1,
+            max: 9,
+            or: Some(-1),
+        },
+        "-1",
+        T::Int,
+    ),
+    def(
+        "compression.lz4.level",
+        Range {
+            min: 1,
+            max: 17,
+            or: None,
+        },
+        "9",
+        T::Int,
+    ),
+    def(
+        "compression.type",
+        Choice(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+        "producer",
+        T::String,
+    ),
+    def(
+        "compression.zstd.level",
+        Range {
+            min: -131072,
+            max: 22,
+            or: None,
+        },
+        "3",
+        T::Int,
+    ),
     def("delete.retention.ms", Fixed, "86400000", T::Long),
     def("file.delete.delay.ms", Fixed, "60000", T::Long),
     def("flush.messages", Fixed, LONG_MAX, T::Long),
@@ -244,6 +280,18 @@ pub fn validate(name: &str, value: &str) -> Result<String> {
             }
             Ok(n.to_string())
         }
+        ConfigKind::Range { min, max, or } => {
+            let n: i64 = v.parse().map_err(|_| {
+                HelixError::InvalidConfig(format!("{name}: {value:?} is not a number"))
+            })?;
+            if (min..=max).contains(&n) || or == Some(n) {
+                return Ok(n.to_string());
+            }
+            let also = or.map_or(String::new(), |o| format!(" or equal to {o}"));
+            Err(HelixError::InvalidConfig(format!(
+                "{name}: Value must be between {min} and {max}{also}"
+            )))
+        }
         ConfigKind::Choice(words) => {
             if words.contains(&v) {
                 Ok(v.to_string())
@@ -361,6 +409,8 @@ pub struct EffectiveConfig {
     pub timestamp_before_max_ms: i64,
     /// message.timestamp.after.max.ms (CreateTime topics only).
     pub timestamp_after_max_ms: i64,
+    /// compression.type with its level: what the leader stores.
+    pub compression: TopicCompression,
 }
 
 impl EffectiveConfig {
@@ -385,6 +435,17 @@ impl EffectiveConfig {
             // of before/after is left at its default.
             timestamp_before_max_ms: or_difference(long("message.timestamp.before.max.ms")),
             timestamp_after_max_ms: or_difference(long("message.timestamp.after.max.ms")),
+            compression: {
+                let level = |name: &str| i32::try_from(long(name)).unwrap_or(0);
+                match value("compression.type").as_str() {
+                    "uncompressed" => TopicCompression::Uncompressed,
+                    "gzip" => TopicCompression::Gzip(level("compression.gzip.level")),
+                    "snappy" => TopicCompression::Snappy,
+                    "lz4" => TopicCompression::Lz4(level("compression.lz4.level")),
+                    "zstd" => TopicCompression::Zstd(level("compression.zstd.level")),
+                    _ => TopicCompression::Producer,
+                }
+            },
         }
     }
 
@@ -495,7 +556,35 @@ mod tests {
             validate("min.cleanable.dirty.ratio", "0.50").expect("same"),
             "0.5"
         );
-        assert!(validate("compression.type", "gzip").is_err());
+        assert!(validate("preallocate", "true").is_err());
+    }
+
+    #[test]
+    fn compression_types_and_levels_are_validated_as_kafka_39_does() {
+        for v in ["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"] {
+            assert_eq!(validate("compression.type", v).expect("valid"), v);
+        }
+        assert!(validate("compression.type", "brotli").is_err());
+        assert!(validate("compression.gzip.level", "-1").is_ok());
+        assert!(validate("compression.gzip.level", "0").is_err());
+        assert!(validate("compression.gzip.level", "10").is_err());
+        assert!(validate("compression.lz4.level", "17").is_ok());
+        assert!(validate("compression.lz4.level", "-1").is_err());
+        assert!(validate("compression.zstd.level", "-131072").is_ok());
+        assert!(validate("compression.zstd.level", "23").is_err());
+        let broker = Config::default();
+        let set = BTreeMap::from([
+            ("compression.type".to_string(), "zstd".to_string()),
+            ("compression.zstd.level".to_string(), "7".to_string()),
+        ]);
+        assert_eq!(
+            EffectiveConfig::resolve(&set, &broker).compression,
+            TopicCompression::Zstd(7)
+        );
+        assert_eq!(
+            EffectiveConfig::resolve(&BTreeMap::new(), &broker).compression,
+            TopicCompression::Producer
+        );
     }
 
     #[test]

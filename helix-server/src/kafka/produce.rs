@@ -25,6 +25,7 @@ use crate::controller::topic_config::EffectiveConfig;
 use crate::error::{HelixError, code};
 use crate::metrics::{Metrics, metrics};
 use crate::partition::batch;
+use crate::partition::recompress::recompress;
 use crate::topics::{now_ms, replica};
 
 /// The shortest time a produce request waits for room or an answer, so a
@@ -69,6 +70,10 @@ fn accept(
             b.bytes = batch::stamp_log_append_time(&b.bytes, now)?;
         }
         *append_time = now;
+    }
+    let max_bytes = usize::try_from(topic.max_message_bytes).unwrap_or(0);
+    for b in &mut batches {
+        b.bytes = recompress(&b.bytes, topic.compression, max_bytes)?;
     }
     Ok(batches)
 }

@@ -17,6 +17,7 @@ pub mod internal;
 mod learner;
 pub mod producers;
 pub mod raft;
+pub mod recompress;
 pub mod records;
 pub mod scan;
 pub mod state;

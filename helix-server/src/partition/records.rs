@@ -30,23 +30,8 @@ pub struct RecordPrefix {
 /// whole batch), in order, until it returns false. Returns how many
 /// records were visited.
 pub fn walk(batch: &[u8], mut visit: impl FnMut(RecordPrefix) -> bool) -> Result<usize> {
-    let h = parse_header(batch)?;
-    let body = batch
-        .get(HEADER_LEN..h.total_len())
-        .ok_or_else(|| HelixError::CorruptBatch("batch shorter than declared".into()))?;
+    let mut reader = records_reader(batch)?;
     let corrupt = |e: io::Error| HelixError::CorruptBatch(format!("records: {e}"));
-    let mut reader: Box<dyn Read + '_> = match h.compression() {
-        0 => Box::new(body),
-        1 => Box::new(flate2::read::GzDecoder::new(body)),
-        2 => Box::new(SnappyReader::new(body)),
-        3 => Box::new(lz4::Decoder::new(body).map_err(corrupt)?),
-        4 => Box::new(zstd::stream::read::Decoder::with_buffer(body).map_err(corrupt)?),
-        other => {
-            return Err(HelixError::CorruptBatch(format!(
-                "unknown compression codec {other}"
-            )));
-        }
-    };
     let mut n = 0usize;
     loop {
         let len = match read_varlong(&mut reader) {
@@ -68,6 +53,28 @@ pub fn walk(batch: &[u8], mut visit: impl FnMut(RecordPrefix) -> bool) -> Result
             return Ok(n);
         }
     }
+}
+
+/// The records section of the whole batch at the start of `batch`,
+/// decompressed as a stream.
+pub fn records_reader(batch: &[u8]) -> Result<Box<dyn Read + '_>> {
+    let h = parse_header(batch)?;
+    let body = batch
+        .get(HEADER_LEN..h.total_len())
+        .ok_or_else(|| HelixError::CorruptBatch("batch shorter than declared".into()))?;
+    let corrupt = |e: io::Error| HelixError::CorruptBatch(format!("records: {e}"));
+    Ok(match h.compression() {
+        0 => Box::new(body),
+        1 => Box::new(flate2::read::GzDecoder::new(body)),
+        2 => Box::new(SnappyReader::new(body)),
+        3 => Box::new(lz4::Decoder::new(body).map_err(corrupt)?),
+        4 => Box::new(zstd::stream::read::Decoder::with_buffer(body).map_err(corrupt)?),
+        other => {
+            return Err(HelixError::CorruptBatch(format!(
+                "unknown compression codec {other}"
+            )));
+        }
+    })
 }
 
 /// attributes (1 byte), timestampDelta (varlong), offsetDelta (varint).
@@ -104,7 +111,7 @@ fn read_varlong(r: &mut impl Read) -> io::Result<Option<i64>> {
 }
 
 /// The xerial framing the Java client wraps snappy in.
-const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+pub(super) const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
 const XERIAL_HEADER_LEN: usize = 16;
 
 /// Snappy as a stream: xerial-framed (magic, version, compat, then blocks of
