@@ -12,6 +12,7 @@ mod group;
 mod kafka;
 mod metrics;
 mod partition;
+mod rejoin;
 mod replica;
 mod scrubber;
 mod server;

@@ -103,6 +103,8 @@ pub struct ReplicaFactory {
     pub logs: LogShared,
     pub raft: RaftSettings,
     pub host: Arc<ReplicaHost>,
+    /// Where the node stands (ADR 0018), handed to every replica it opens.
+    pub standing: Arc<crate::rejoin::Standing>,
 }
 
 /// A replica after its open: served, or refused with the reason.
@@ -194,6 +196,7 @@ impl ReplicaFactory {
                 max_requests: self.config.batch_max_requests,
             },
             log,
+            standing: self.standing.clone(),
         }
     }
 

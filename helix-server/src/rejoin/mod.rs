@@ -1,0 +1,380 @@
+//! A replica that may have lost what it reported durable does not vote
+//! (ADR 0018). Two ways to lose it, both found before any group starts:
+//!
+//! - the data directory is new while the cluster already existed (a
+//!   replaced disk, a wiped directory): [`formation`] tells that from a
+//!   brand-new cluster by asking the peers; the node then rejoins every
+//!   group it hosts as a learner (ADR 0016's path) until its controller log
+//!   is restored and applied;
+//! - the host restarted while the node's logs held appends reported
+//!   durable but never synced (replication-only mode, [`boot`]): every
+//!   replica of the node that holds a log rejoins as a learner, keeping its
+//!   log (its prefix is valid, only an unsynced tail may be missing).
+//!
+//! [`Standing`] holds the outcome; `partition::recover` asks it whether a
+//! replica starts as a learner, and peers ask it where this node stands.
+
+pub mod boot;
+pub mod formation;
+pub mod identity;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use helix_raft::NodeId;
+use helix_wal::Durability;
+
+use crate::cluster::peers::PeerLink;
+use crate::config::Config;
+use crate::error::Result;
+use crate::partition::raft::HardStateFile;
+use formation::{Start, StatusAnswer, Witnesses};
+use identity::{Membership, NodeIdentity};
+
+/// Kind byte of a status call ("where do you stand?"), answered by
+/// [`Standing::answer`].
+pub const CALL_STATUS: u8 = 2;
+/// How long one status call may take.
+const ASK_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Pause between rounds of status calls.
+const ASK_PAUSE: Duration = Duration::from_millis(200);
+/// Log "still waiting" once per this many rounds.
+const WAIT_LOG_ROUNDS: u32 = 25;
+/// How long a node that lost its page cache waits for every peer to say
+/// whether it lost its page cache too, before deciding with the answers it
+/// has (a peer that did not answer is taken as intact: the safe side).
+const PAGE_CACHE_ASK_WINDOW: Duration = Duration::from_secs(10);
+/// How often a rejoining node checks whether its controller replica has
+/// been restored and applied.
+const REJOIN_CHECK: Duration = Duration::from_millis(200);
+
+/// Where this node stands: decided at start, read by every replica open
+/// and by peers' status calls (which arrive while it is still deciding).
+#[derive(Debug)]
+pub struct Standing {
+    data_dir: PathBuf,
+    /// The identity file is stored: this node may have taken part.
+    formed: AtomicBool,
+    /// Replicas opened with no stored state start as learners.
+    rejoining: AtomicBool,
+    /// Set when the host restarted with unsynced appends reported: the
+    /// nodes known to have lost their page cache too (this one included).
+    page_cache_lost: OnceLock<BTreeSet<NodeId>>,
+    /// Replica directories that started as learners for a lost page cache,
+    /// to tell peers whether this node still counts as one that lost it.
+    page_cache_learners: Mutex<Vec<PathBuf>>,
+    witnesses: Witnesses,
+    identity: Mutex<Option<NodeIdentity>>,
+}
+
+impl Standing {
+    /// A node still deciding: answers "not formed" until
+    /// [`establish`] settles it, and opens nothing meanwhile.
+    pub fn pending(data_dir: &Path) -> Result<Arc<Standing>> {
+        Ok(Arc::new(Standing {
+            data_dir: data_dir.to_path_buf(),
+            formed: AtomicBool::new(false),
+            rejoining: AtomicBool::new(false),
+            page_cache_lost: OnceLock::new(),
+            page_cache_learners: Mutex::new(Vec::new()),
+            witnesses: Witnesses::open(data_dir)?,
+            identity: Mutex::new(None),
+        }))
+    }
+
+    /// Whether a replica being opened starts as a learner, and why: only in
+    /// a group with other replicas (the only replica has no one to learn
+    /// from), and only if it may have lost something: it has no stored
+    /// state while the node rejoins, or it has a log whose unsynced tail a
+    /// host restart may have taken (unless a majority of its group lost
+    /// theirs too: then nobody holds more, and the group elects among what
+    /// is left, the loss replication-only mode documents).
+    pub fn learner_at_open(
+        &self,
+        dir: &Path,
+        has_state: bool,
+        durability: Durability,
+        voters: &[NodeId],
+    ) -> Option<&'static str> {
+        if voters.len() < 2 {
+            return None;
+        }
+        if !has_state && self.rejoining() {
+            return Some("the node rejoins on a new data directory");
+        }
+        if let Some(lost) = self.page_cache_lost.get()
+            && has_state
+            && durability == Durability::ReplicationOnly
+        {
+            if formation::majority_lost(voters, lost) {
+                return None;
+            }
+            if let Ok(mut dirs) = self.page_cache_learners.lock() {
+                dirs.push(dir.to_path_buf());
+            }
+            return Some("the host restarted with appends only in the page cache");
+        }
+        None
+    }
+
+    /// The answer to a peer's status call.
+    pub fn answer(&self, from: NodeId) -> StatusAnswer {
+        let formed = self.formed.load(Ordering::Acquire);
+        let page_cache_lost = self.page_cache_lost.get().is_some() && {
+            let dirs = self
+                .page_cache_learners
+                .lock()
+                .map(|d| d.clone())
+                .unwrap_or_default();
+            // Until its replicas have opened, and while any is a learner.
+            dirs.is_empty()
+                || dirs
+                    .iter()
+                    .any(|d| HardStateFile::new(d).load().is_ok_and(|hs| hs.learner))
+        };
+        StatusAnswer {
+            formed,
+            seen_you: self.witnesses.has_seen(from),
+            page_cache_lost,
+        }
+    }
+
+    /// Something arrived from `from`: it has formed and takes part.
+    pub fn heard_from(&self, from: NodeId) {
+        self.witnesses.record(from);
+    }
+
+    pub fn rejoining(&self) -> bool {
+        self.rejoining.load(Ordering::Acquire)
+    }
+
+    /// The controller's replica (in `controller_dir`) votes again and the
+    /// controller has applied its log up to where it was when it did
+    /// (`applied`, `log_end`: offsets now): every topic that existed when
+    /// this node lost its directory has been opened, as a learner where it
+    /// held a replica. Replicas opened from here on are new: the node is a
+    /// member again, durably.
+    pub fn finish_rejoin_when(
+        &self,
+        controller_dir: &Path,
+        applied: i64,
+        log_end: i64,
+        target: &mut Option<i64>,
+    ) -> Result<bool> {
+        if !self.rejoining() {
+            return Ok(true);
+        }
+        if target.is_none() {
+            if HardStateFile::new(controller_dir).load()?.learner {
+                return Ok(false);
+            }
+            *target = Some(log_end);
+        }
+        // The log may have been cut back past the target (an entry that
+        // was never acknowledged): wait only for what is still there.
+        let goal = target.map_or(log_end, |t| t.min(log_end));
+        if applied < goal {
+            return Ok(false);
+        }
+        let Ok(mut identity) = self.identity.lock() else {
+            return Ok(false);
+        };
+        if let Some(id) = identity.as_mut() {
+            id.membership = Membership::Member;
+            id.store(&self.data_dir)?;
+        }
+        self.rejoining.store(false, Ordering::Release);
+        tracing::info!(
+            applied,
+            "rejoin complete: the controller's log is restored and applied; new replicas of this node vote at once"
+        );
+        Ok(true)
+    }
+
+    fn settle(&self, identity: NodeIdentity, lost: Option<BTreeSet<NodeId>>) {
+        if let Some(set) = lost {
+            let _ = self.page_cache_lost.set(set);
+        }
+        self.rejoining.store(
+            identity.membership == Membership::Rejoining,
+            Ordering::Release,
+        );
+        if let Ok(mut slot) = self.identity.lock() {
+            *slot = Some(identity);
+        }
+        self.formed.store(true, Ordering::Release);
+    }
+}
+
+/// Encodes a status call.
+pub fn status_request() -> Bytes {
+    Bytes::from_static(&[CALL_STATUS])
+}
+
+/// Decides where this node stands before any of its groups starts: reads
+/// the identity file and the last stop, asks the peers through `link` when
+/// it must (`link` is `None` for a single node and for in-process test
+/// clusters, which always start fresh), and stores the identity and the
+/// boot id. While it asks, the node answers its peers' calls (`standing`
+/// is shared with the inbound side) and takes part in nothing.
+pub async fn establish(
+    config: &Config,
+    cluster_id: &str,
+    me: NodeId,
+    peers: &[NodeId],
+    link: Option<&dyn PeerLink>,
+    standing: &Standing,
+) -> Result<()> {
+    let data_dir = &config.data_dir;
+    let stored = NodeIdentity::load(data_dir, cluster_id, config.node_id)?;
+    // A directory with a controller vote but no identity file predates the
+    // file: it is this node's own state.
+    let predates = data_dir.join("controller").join("raft-hard-state").exists();
+    if stored.is_some() || predates {
+        standing.formed.store(true, Ordering::Release);
+    }
+    let last = boot::LastStop::read(data_dir);
+    let now = boot::current_boot_id();
+    let lost = boot::page_cache_lost(config.write_durability, &last, now.as_deref());
+    let membership = match &stored {
+        Some(id) => id.membership,
+        None if predates => Membership::Member,
+        None => match link {
+            None => Membership::Member,
+            Some(link) => ask_formation(link, me, peers).await,
+        },
+    };
+    let lost_set = if lost {
+        tracing::warn!(
+            recorded_boot_id = last.boot_id.as_deref().unwrap_or(""),
+            boot_id = now.as_deref().unwrap_or(""),
+            "the host restarted since this node last synced its logs (replication-only mode, no clean stop): appends it reported durable may be gone; every replica that holds a log rejoins its group as a learner, keeping its log"
+        );
+        let mut set = BTreeSet::from([me]);
+        if let Some(link) = link {
+            set.extend(ask_page_cache(link, peers).await);
+        }
+        tracing::info!(
+            lost = ?set.iter().map(|n| n.0).collect::<Vec<_>>(),
+            "nodes known to have lost their page cache: a group where they are a majority elects among what is left"
+        );
+        Some(set)
+    } else {
+        None
+    };
+    let identity = match stored {
+        Some(id) => id,
+        None => {
+            let id = NodeIdentity {
+                cluster_id: cluster_id.to_string(),
+                node_id: config.node_id,
+                incarnation: crate::broker::random_uuid().simple().to_string(),
+                membership,
+            };
+            id.store(data_dir)?;
+            id
+        }
+    };
+    if identity.membership == Membership::Rejoining {
+        tracing::warn!(
+            incarnation = %identity.incarnation,
+            "this node took part in the cluster before and its data directory is new: it rejoins every group it hosts as a learner (no vote, no candidacy) until the leaders have restored it"
+        );
+    }
+    boot::record_start(data_dir, now.as_deref())?;
+    standing.settle(identity, lost_set);
+    Ok(())
+}
+
+/// One round of status calls, every peer at once (each bounded by
+/// [`ASK_TIMEOUT`]); `None` where a peer did not answer.
+async fn ask_all(link: &dyn PeerLink, peers: &[NodeId]) -> Vec<Option<StatusAnswer>> {
+    let calls: Vec<_> = peers
+        .iter()
+        .map(|&p| tokio::spawn(link.call(p, status_request(), ASK_TIMEOUT)))
+        .collect();
+    let mut answers = Vec::with_capacity(calls.len());
+    for call in calls {
+        let bytes = call.await.ok().and_then(|r| r.ok());
+        answers.push(bytes.and_then(|b| serde_json::from_slice::<StatusAnswer>(&b).ok()));
+    }
+    answers
+}
+
+/// Asks until [`formation::decide`] can tell; `Member` for a fresh start.
+async fn ask_formation(link: &dyn PeerLink, me: NodeId, peers: &[NodeId]) -> Membership {
+    let nodes = peers.len() + 1;
+    let mut rounds = 0u32;
+    loop {
+        let answers = ask_all(link, peers).await;
+        match formation::decide(nodes, &answers) {
+            Start::Fresh => {
+                tracing::info!(
+                    node = me.0,
+                    "no identity file and no peer has seen this node take part: it starts as a new member"
+                );
+                return Membership::Member;
+            }
+            Start::Rejoin => return Membership::Rejoining,
+            Start::Wait => {}
+        }
+        if rounds.is_multiple_of(WAIT_LOG_ROUNDS) {
+            tracing::info!(
+                answered = answers.iter().flatten().count(),
+                peers = peers.len(),
+                "no identity file: waiting for peers to tell whether this cluster is new or this node's directory was replaced; it takes part in nothing meanwhile"
+            );
+        }
+        rounds = rounds.saturating_add(1);
+        tokio::time::sleep(ASK_PAUSE).await;
+    }
+}
+
+/// The peers that say they lost their page cache too, asked until every
+/// peer answered or [`PAGE_CACHE_ASK_WINDOW`] passed.
+async fn ask_page_cache(link: &dyn PeerLink, peers: &[NodeId]) -> BTreeSet<NodeId> {
+    let deadline = tokio::time::Instant::now() + PAGE_CACHE_ASK_WINDOW;
+    let mut known: Vec<Option<StatusAnswer>> = vec![None; peers.len()];
+    while known.iter().any(Option::is_none) && tokio::time::Instant::now() < deadline {
+        for (slot, answer) in known.iter_mut().zip(ask_all(link, peers).await) {
+            if slot.is_none() {
+                *slot = answer;
+            }
+        }
+        if known.iter().any(Option::is_none) {
+            tokio::time::sleep(ASK_PAUSE).await;
+        }
+    }
+    peers
+        .iter()
+        .zip(known)
+        .filter(|(_, a)| a.is_some_and(|a| a.page_cache_lost))
+        .map(|(p, _)| *p)
+        .collect()
+}
+
+/// Runs while the node rejoins: ends the rejoin once the controller's
+/// replica votes again and its log is applied ([`Standing::finish_rejoin_when`]).
+pub async fn finish_rejoin(
+    standing: Arc<Standing>,
+    controller: Arc<crate::controller::service::Controller>,
+    controller_dir: PathBuf,
+) {
+    let mut target = None;
+    loop {
+        let applied = controller.view().next_offset;
+        let log_end = controller.partition().log_end_offset();
+        match standing.finish_rejoin_when(&controller_dir, applied, log_end, &mut target) {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "checking whether the rejoin is complete failed; retrying")
+            }
+        }
+        tokio::time::sleep(REJOIN_CHECK).await;
+    }
+}
