@@ -176,6 +176,7 @@ impl Broker {
         let groups =
             crate::group::service::GroupService::open(&factory, &cluster, &backpressure).await?;
         topics.insert(groups.internal_topic());
+        standing.set_opened();
         peers.set_controller(controller.clone());
         cluster.set_liveness(link.clone());
         tokio::spawn(applier::run(controller.clone(), topics.clone()));

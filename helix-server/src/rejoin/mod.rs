@@ -61,9 +61,15 @@ pub struct Standing {
     formed: AtomicBool,
     /// Replicas opened with no stored state start as learners.
     rejoining: AtomicBool,
-    /// Set when the host restarted with unsynced appends reported: the
-    /// nodes known to have lost their page cache too (this one included).
+    /// This node found at start that its host restarted with unsynced
+    /// appends reported (set before it asks its peers, so that nodes that
+    /// all lost theirs in one power loss see each other).
+    lost_own_page_cache: AtomicBool,
+    /// Set with it once the peers have answered: the nodes known to have
+    /// lost their page cache (this one included).
     page_cache_lost: OnceLock<BTreeSet<NodeId>>,
+    /// Every replica the node held at start is open.
+    opened: AtomicBool,
     /// Replica directories that started as learners for a lost page cache,
     /// to tell peers whether this node still counts as one that lost it.
     page_cache_learners: Mutex<Vec<PathBuf>>,
@@ -79,7 +85,9 @@ impl Standing {
             data_dir: data_dir.to_path_buf(),
             formed: AtomicBool::new(false),
             rejoining: AtomicBool::new(false),
+            lost_own_page_cache: AtomicBool::new(false),
             page_cache_lost: OnceLock::new(),
+            opened: AtomicBool::new(false),
             page_cache_learners: Mutex::new(Vec::new()),
             witnesses: Witnesses::open(data_dir)?,
             identity: Mutex::new(None),
@@ -124,18 +132,19 @@ impl Standing {
     /// The answer to a peer's status call.
     pub fn answer(&self, from: NodeId) -> StatusAnswer {
         let formed = self.formed.load(Ordering::Acquire);
-        let page_cache_lost = self.page_cache_lost.get().is_some() && {
-            let dirs = self
-                .page_cache_learners
-                .lock()
-                .map(|d| d.clone())
-                .unwrap_or_default();
-            // Until its replicas have opened, and while any is a learner.
-            dirs.is_empty()
-                || dirs
-                    .iter()
+        // Until its replicas have opened, and while any of them is a learner
+        // for it: a loss long repaired must not make a later one look like
+        // a power loss of the whole group.
+        let page_cache_lost = self.lost_own_page_cache.load(Ordering::Acquire)
+            && (!self.opened.load(Ordering::Acquire) || {
+                let dirs = self
+                    .page_cache_learners
+                    .lock()
+                    .map(|d| d.clone())
+                    .unwrap_or_default();
+                dirs.iter()
                     .any(|d| HardStateFile::new(d).load().is_ok_and(|hs| hs.learner))
-        };
+            });
         StatusAnswer {
             formed,
             seen_you: self.witnesses.has_seen(from),
@@ -146,6 +155,11 @@ impl Standing {
     /// Something arrived from `from`: it has formed and takes part.
     pub fn heard_from(&self, from: NodeId) {
         self.witnesses.record(from);
+    }
+
+    /// Every replica the node held at start has been opened.
+    pub fn set_opened(&self) {
+        self.opened.store(true, Ordering::Release);
     }
 
     pub fn rejoining(&self) -> bool {
@@ -249,6 +263,7 @@ pub async fn establish(
         },
     };
     let lost_set = if lost {
+        standing.lost_own_page_cache.store(true, Ordering::Release);
         tracing::warn!(
             recorded_boot_id = last.boot_id.as_deref().unwrap_or(""),
             boot_id = now.as_deref().unwrap_or(""),
@@ -376,5 +391,150 @@ pub async fn finish_rejoin(
             }
         }
         tokio::time::sleep(REJOIN_CHECK).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[u64]) -> Vec<NodeId> {
+        v.iter().map(|&i| NodeId(i)).collect()
+    }
+
+    fn settled(dir: &Path, membership: Membership, lost: Option<&[u64]>) -> Arc<Standing> {
+        let s = Standing::pending(dir).expect("standing");
+        if lost.is_some() {
+            s.lost_own_page_cache.store(true, Ordering::Release);
+        }
+        s.settle(
+            NodeIdentity {
+                cluster_id: "c".into(),
+                node_id: 1,
+                incarnation: "i".into(),
+                membership,
+            },
+            lost.map(|l| ids(l).into_iter().collect()),
+        );
+        s
+    }
+
+    #[test]
+    fn a_rejoining_node_makes_learners_of_replicas_without_state_in_groups_with_others() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = settled(dir.path(), Membership::Rejoining, None);
+        let three = ids(&[1, 2, 3]);
+        let r = Durability::ReplicationOnly;
+        assert!(s.learner_at_open(dir.path(), false, r, &three).is_some());
+        assert!(s.learner_at_open(dir.path(), true, r, &three).is_none());
+        assert!(
+            s.learner_at_open(dir.path(), false, r, &ids(&[1]))
+                .is_none()
+        );
+        let member = settled(dir.path(), Membership::Member, None);
+        assert!(
+            member
+                .learner_at_open(dir.path(), false, r, &three)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_lost_page_cache_makes_learners_of_replication_only_logs_unless_a_majority_lost_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = settled(dir.path(), Membership::Member, Some(&[1]));
+        let r = Durability::ReplicationOnly;
+        assert!(
+            s.learner_at_open(dir.path(), true, r, &ids(&[1, 2, 3]))
+                .is_some()
+        );
+        // No log to lose, or nothing unsynced was ever reported.
+        assert!(
+            s.learner_at_open(dir.path(), false, r, &ids(&[1, 2, 3]))
+                .is_none()
+        );
+        assert!(
+            s.learner_at_open(dir.path(), true, Durability::Fsync, &ids(&[1, 2, 3]))
+                .is_none()
+        );
+        let most = settled(dir.path(), Membership::Member, Some(&[1, 3]));
+        assert!(
+            most.learner_at_open(dir.path(), true, r, &ids(&[1, 2, 3]))
+                .is_none()
+        );
+        assert!(
+            most.learner_at_open(dir.path(), true, r, &ids(&[1, 2, 4]))
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_node_says_it_lost_its_page_cache_only_until_its_learners_are_restored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let replica = dir.path().join("replica");
+        std::fs::create_dir_all(&replica).expect("mkdir");
+        let s = settled(dir.path(), Membership::Member, Some(&[1]));
+        assert!(s.answer(NodeId(2)).page_cache_lost, "while opening");
+        let vote = HardStateFile::new(&replica);
+        let mut hs = helix_raft::HardState {
+            learner: true,
+            ..Default::default()
+        };
+        vote.store(hs).expect("store");
+        assert!(
+            s.learner_at_open(
+                &replica,
+                true,
+                Durability::ReplicationOnly,
+                &ids(&[1, 2, 3])
+            )
+            .is_some()
+        );
+        s.set_opened();
+        assert!(s.answer(NodeId(2)).page_cache_lost, "a learner left");
+        hs.learner = false;
+        vote.store(hs).expect("store");
+        assert!(!s.answer(NodeId(2)).page_cache_lost, "restored");
+        let fresh = settled(dir.path(), Membership::Member, None);
+        assert!(!fresh.answer(NodeId(2)).page_cache_lost);
+        assert!(fresh.answer(NodeId(2)).formed);
+    }
+
+    #[test]
+    fn a_rejoin_ends_once_the_controller_votes_and_its_log_is_applied() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let controller = dir.path().join("controller");
+        std::fs::create_dir_all(&controller).expect("mkdir");
+        let s = settled(dir.path(), Membership::Rejoining, None);
+        let vote = HardStateFile::new(&controller);
+        let mut hs = helix_raft::HardState {
+            learner: true,
+            ..Default::default()
+        };
+        vote.store(hs).expect("store");
+        let mut target = None;
+        assert!(
+            !s.finish_rejoin_when(&controller, 0, 5, &mut target)
+                .expect("check")
+        );
+        hs.learner = false;
+        vote.store(hs).expect("store");
+        assert!(
+            !s.finish_rejoin_when(&controller, 3, 5, &mut target)
+                .expect("check")
+        );
+        assert_eq!(target, Some(5));
+        // More arrived since: only what was there when it voted again counts.
+        assert!(
+            s.finish_rejoin_when(&controller, 5, 9, &mut target)
+                .expect("check")
+        );
+        assert!(!s.rejoining());
+        assert_eq!(
+            NodeIdentity::load(dir.path(), "c", 1)
+                .expect("load")
+                .map(|i| i.membership),
+            Some(Membership::Member)
+        );
     }
 }
