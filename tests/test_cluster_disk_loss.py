@@ -196,3 +196,36 @@ def test_a_node_whose_page_cache_was_lost_rejoins_as_a_learner_and_nothing_ackno
     finally:
         c.stop()
     assert_replicas_identical(c)
+
+
+def test_a_power_loss_of_every_node_leaves_no_group_without_a_leader(tmp_path):
+    """Replication-only mode, every host "reboots" at once (kill -9 of every
+    node, every boot id changed): each node learns from the others that they
+    lost their page cache too, so every group elects among what is left
+    (the loss the mode documents; nothing was really lost here) instead of
+    waiting for ever with learners only."""
+    topic = f"power-{uuid.uuid4().hex[:8]}"
+    boot = {n: tmp_path / f"boot-id-{n}" for n in (1, 2, 3)}
+    for path in boot.values():
+        path.write_text("boot-before\n")
+    c = HelixCluster(tmp_path, 3, args=FAST)
+    for n in c.nodes:
+        n.env = {"HELIX_BOOT_ID_FILE": str(boot[n.id])}
+    c.start()
+    try:
+        create_topic(c.node(1).bootstrap, topic, partitions=1)
+        wait_fully_in_sync(c, topic)
+        produce_acked(c.bootstrap, topic, 0, ACKED)
+        c.kill_all()
+        for path in boot.values():
+            path.write_text("boot-after\n")
+        c.start()
+        for n in c.nodes:
+            wait_for_line(n, REBOOT_LINE)
+            wait_for_line(n, "lost=[1, 2, 3]")
+        produce_acked(c.bootstrap, topic, ACKED, LATER)
+        assert_everything_acknowledged_is_kept(c, topic)
+        wait_fully_in_sync(c, topic)
+    finally:
+        c.stop()
+    assert_replicas_identical(c)
