@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use helix_raft::NodeId;
 use serde::{Deserialize, Serialize};
@@ -77,6 +78,16 @@ pub fn majority_lost(voters: &[NodeId], lost: &BTreeSet<NodeId>) -> bool {
 pub struct Witnesses {
     path: PathBuf,
     seen: Mutex<BTreeSet<u64>>,
+    /// Bit `i` set once node `i` (below [`FAST_IDS`]) is recorded: every
+    /// delivered payload asks, so the common answer takes no lock.
+    recorded: AtomicU64,
+}
+
+/// Node ids that [`Witnesses`] answers without its lock.
+const FAST_IDS: u64 = 64;
+
+fn bit(node: u64) -> u64 {
+    if node < FAST_IDS { 1 << node } else { 0 }
 }
 
 impl Witnesses {
@@ -87,9 +98,11 @@ impl Witnesses {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
             Err(e) => return Err(e.into()),
         };
+        let recorded = seen.iter().fold(0, |bits, n| bits | bit(*n));
         Ok(Witnesses {
             path,
             seen: Mutex::new(seen),
+            recorded: AtomicU64::new(recorded),
         })
     }
 
@@ -101,6 +114,9 @@ impl Witnesses {
     /// and retried at its next message: the message is still delivered
     /// (refusing it would stop the cluster over a full disk).
     pub fn record(&self, node: NodeId) {
+        if self.recorded.load(Ordering::Acquire) & bit(node.0) != 0 {
+            return;
+        }
         let Ok(mut seen) = self.seen.lock() else {
             return;
         };
@@ -123,6 +139,7 @@ impl Witnesses {
         match write() {
             Ok(()) => {
                 seen.insert(node.0);
+                self.recorded.fetch_or(bit(node.0), Ordering::Release);
             }
             Err(e) => tracing::warn!(
                 node = node.0,
@@ -204,12 +221,17 @@ mod tests {
         w.record(NodeId(2));
         w.record(NodeId(2));
         w.record(NodeId(3));
+        // Past the lock-free bits: the set alone.
+        w.record(NodeId(100));
+        w.record(NodeId(100));
         let again = Witnesses::open(dir.path()).expect("open");
         assert!(again.has_seen(NodeId(2)) && again.has_seen(NodeId(3)));
+        assert!(again.has_seen(NodeId(100)));
         assert!(!again.has_seen(NodeId(1)));
+        again.record(NodeId(3));
         assert_eq!(
             std::fs::read_to_string(dir.path().join(WITNESSES_FILE)).expect("read"),
-            "2\n3\n"
+            "2\n3\n100\n"
         );
     }
 }
