@@ -126,10 +126,12 @@ pub fn recover(
     let hard_state_file = HardStateFile::new(dir);
     let has_state = hard_state_file.exists();
     let mut hard_state = hard_state_file.load()?;
+    let page_cache_mark = crate::rejoin::boot::replica_mark(dir);
     if !hard_state.learner
         && let Some(why) = settings.standing.learner_at_open(
             dir,
             has_state,
+            page_cache_mark.as_deref(),
             settings.log.durability,
             &settings.spec.voters,
         )
@@ -145,6 +147,10 @@ pub fn recover(
             reason = why,
             "replica may have lost what it reported durable: it rejoins its group as a learner (no vote, no candidacy) until the leader has restored it"
         );
+    }
+    if page_cache_mark.is_some() {
+        // Decided, and the vote says so: the mark has done its work.
+        crate::rejoin::boot::clear_replica_mark(dir)?;
     }
     // Damage inside flushed data (in the active segment's checkpointed
     // range, or a sealed segment that does not hold what its metadata

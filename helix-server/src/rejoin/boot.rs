@@ -17,6 +17,11 @@ use crate::config::WriteDurability;
 use crate::error::Result;
 
 const BOOT_ID_FILE: &str = "boot-id";
+/// Written into every replica directory when a lost page cache is found,
+/// before the new boot id is recorded; the replica's next open decides and
+/// removes it. So a crash between the two never leaves a replica voting
+/// with a log it may have lost: its mark is still there.
+const REPLICA_MARK: &str = "page-cache-lost";
 const CLEAN_FILE: &str = "clean-shutdown";
 const HOST_BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 /// Names the file to read the host boot id from instead of the kernel's.
@@ -98,6 +103,84 @@ pub fn record_clean_stop(data_dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Marks every replica directory of `data_dir` (partitions and
+/// coordinator partitions; the controller's log is always fsynced) with
+/// the nodes known to have lost their page cache, durably. Returns how
+/// many were marked.
+pub fn mark_replicas(data_dir: &Path, lost: &[u64]) -> Result<usize> {
+    let text: Vec<String> = lost.iter().map(u64::to_string).collect();
+    let text = format!("{}\n", text.join(" "));
+    let mut marked = 0;
+    let mut parents = Vec::new();
+    for dir in replica_dirs(data_dir)? {
+        let path = dir.join(REPLICA_MARK);
+        std::fs::write(&path, &text)?;
+        std::fs::File::open(&path)?.sync_all()?;
+        parents.push(dir);
+        marked += 1;
+    }
+    for dir in parents {
+        std::fs::File::open(&dir)?.sync_all()?;
+    }
+    Ok(marked)
+}
+
+/// `groups/<n>` and `topics/<id>/<p>` directories holding a replica.
+fn replica_dirs(data_dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let holds_replica = |d: &Path| d.join("wal").exists() || d.join("raft-hard-state").exists();
+    for d in subdirs(&data_dir.join("groups"))? {
+        if holds_replica(&d) {
+            out.push(d);
+        }
+    }
+    for topic in subdirs(&data_dir.join("topics"))? {
+        for d in subdirs(&topic)? {
+            if holds_replica(&d) {
+                out.push(d);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn subdirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            out.push(entry.path());
+        }
+    }
+    Ok(out)
+}
+
+/// The mark in a replica directory: the nodes that had lost their page
+/// cache when it was written (`None`: no mark).
+pub fn replica_mark(dir: &Path) -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string(dir.join(REPLICA_MARK)).ok()?;
+    Some(
+        text.split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect(),
+    )
+}
+
+/// Removes the mark once the replica's vote says what was decided.
+pub fn clear_replica_mark(dir: &Path) -> Result<()> {
+    match std::fs::remove_file(dir.join(REPLICA_MARK)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +226,26 @@ mod tests {
             &stop(Some("a"), false),
             None
         ));
+    }
+
+    #[test]
+    fn every_replica_directory_is_marked_until_its_open_clears_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let group = dir.path().join("groups").join("3");
+        let partition = dir.path().join("topics").join("abc").join("0");
+        let controller = dir.path().join("controller");
+        for d in [&group, &partition, &controller] {
+            std::fs::create_dir_all(d.join("wal")).expect("mkdir");
+        }
+        std::fs::create_dir_all(dir.path().join("topics").join("abc").join("empty"))
+            .expect("mkdir");
+        assert_eq!(mark_replicas(dir.path(), &[1, 3]).expect("mark"), 2);
+        assert_eq!(replica_mark(&group), Some(vec![1, 3]));
+        assert_eq!(replica_mark(&partition), Some(vec![1, 3]));
+        assert_eq!(replica_mark(&controller), None, "always fsynced");
+        clear_replica_mark(&group).expect("clear");
+        assert_eq!(replica_mark(&group), None);
+        clear_replica_mark(&group).expect("clearing twice is fine");
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod identity;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -65,9 +65,6 @@ pub struct Standing {
     /// appends reported (set before it asks its peers, so that nodes that
     /// all lost theirs in one power loss see each other).
     lost_own_page_cache: AtomicBool,
-    /// Set with it once the peers have answered: the nodes known to have
-    /// lost their page cache (this one included).
-    page_cache_lost: OnceLock<BTreeSet<NodeId>>,
     /// Every replica the node held at start is open.
     opened: AtomicBool,
     /// Replica directories that started as learners for a lost page cache,
@@ -86,7 +83,6 @@ impl Standing {
             formed: AtomicBool::new(false),
             rejoining: AtomicBool::new(false),
             lost_own_page_cache: AtomicBool::new(false),
-            page_cache_lost: OnceLock::new(),
             opened: AtomicBool::new(false),
             page_cache_learners: Mutex::new(Vec::new()),
             witnesses: Witnesses::open(data_dir)?,
@@ -97,14 +93,17 @@ impl Standing {
     /// Whether a replica being opened starts as a learner, and why: only in
     /// a group with other replicas (the only replica has no one to learn
     /// from), and only if it may have lost something: it has no stored
-    /// state while the node rejoins, or it has a log whose unsynced tail a
-    /// host restart may have taken (unless a majority of its group lost
-    /// theirs too: then nobody holds more, and the group elects among what
-    /// is left, the loss replication-only mode documents).
+    /// state while the node rejoins, or its directory carries the mark of a
+    /// lost page cache (`page_cache_mark`: the nodes known to have lost
+    /// theirs, see [`boot::mark_replicas`]) on a replication-only log,
+    /// unless a majority of its group lost theirs too: then nobody holds
+    /// more, and the group elects among what is left, the loss
+    /// replication-only mode documents.
     pub fn learner_at_open(
         &self,
         dir: &Path,
         has_state: bool,
+        page_cache_mark: Option<&[u64]>,
         durability: Durability,
         voters: &[NodeId],
     ) -> Option<&'static str> {
@@ -114,11 +113,11 @@ impl Standing {
         if !has_state && self.rejoining() {
             return Some("the node rejoins on a new data directory");
         }
-        if let Some(lost) = self.page_cache_lost.get()
-            && has_state
+        if let Some(lost) = page_cache_mark
             && durability == Durability::ReplicationOnly
         {
-            if formation::majority_lost(voters, lost) {
+            let lost: BTreeSet<NodeId> = lost.iter().map(|&n| NodeId(n)).collect();
+            if formation::majority_lost(voters, &lost) {
                 return None;
             }
             if let Ok(mut dirs) = self.page_cache_learners.lock() {
@@ -209,10 +208,7 @@ impl Standing {
         Ok(true)
     }
 
-    fn settle(&self, identity: NodeIdentity, lost: Option<BTreeSet<NodeId>>) {
-        if let Some(set) = lost {
-            let _ = self.page_cache_lost.set(set);
-        }
+    fn settle(&self, identity: NodeIdentity) {
         self.rejoining.store(
             identity.membership == Membership::Rejoining,
             Ordering::Release,
@@ -262,7 +258,7 @@ pub async fn establish(
             Some(link) => ask_formation(link, me, peers).await,
         },
     };
-    let lost_set = if lost {
+    if lost {
         standing.lost_own_page_cache.store(true, Ordering::Release);
         tracing::warn!(
             recorded_boot_id = last.boot_id.as_deref().unwrap_or(""),
@@ -273,14 +269,16 @@ pub async fn establish(
         if let Some(link) = link {
             set.extend(ask_page_cache(link, peers).await);
         }
+        let set: Vec<u64> = set.iter().map(|n| n.0).collect();
+        // Durable before the new boot id is: a crash in between leaves the
+        // marks, and the next start still opens these replicas as learners.
+        let marked = boot::mark_replicas(data_dir, &set)?;
         tracing::info!(
-            lost = ?set.iter().map(|n| n.0).collect::<Vec<_>>(),
+            lost = ?set,
+            replicas = marked,
             "nodes known to have lost their page cache: a group where they are a majority elects among what is left"
         );
-        Some(set)
-    } else {
-        None
-    };
+    }
     let identity = match stored {
         Some(id) => id,
         None => {
@@ -301,7 +299,7 @@ pub async fn establish(
         );
     }
     boot::record_start(data_dir, now.as_deref())?;
-    standing.settle(identity, lost_set);
+    standing.settle(identity);
     Ok(())
 }
 
@@ -407,15 +405,12 @@ mod tests {
         if lost.is_some() {
             s.lost_own_page_cache.store(true, Ordering::Release);
         }
-        s.settle(
-            NodeIdentity {
-                cluster_id: "c".into(),
-                node_id: 1,
-                incarnation: "i".into(),
-                membership,
-            },
-            lost.map(|l| ids(l).into_iter().collect()),
-        );
+        s.settle(NodeIdentity {
+            cluster_id: "c".into(),
+            node_id: 1,
+            incarnation: "i".into(),
+            membership,
+        });
         s
     }
 
@@ -425,16 +420,22 @@ mod tests {
         let s = settled(dir.path(), Membership::Rejoining, None);
         let three = ids(&[1, 2, 3]);
         let r = Durability::ReplicationOnly;
-        assert!(s.learner_at_open(dir.path(), false, r, &three).is_some());
-        assert!(s.learner_at_open(dir.path(), true, r, &three).is_none());
         assert!(
-            s.learner_at_open(dir.path(), false, r, &ids(&[1]))
+            s.learner_at_open(dir.path(), false, None, r, &three)
+                .is_some()
+        );
+        assert!(
+            s.learner_at_open(dir.path(), true, None, r, &three)
+                .is_none()
+        );
+        assert!(
+            s.learner_at_open(dir.path(), false, None, r, &ids(&[1]))
                 .is_none()
         );
         let member = settled(dir.path(), Membership::Member, None);
         assert!(
             member
-                .learner_at_open(dir.path(), false, r, &three)
+                .learner_at_open(dir.path(), false, None, r, &three)
                 .is_none()
         );
     }
@@ -444,28 +445,18 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = settled(dir.path(), Membership::Member, Some(&[1]));
         let r = Durability::ReplicationOnly;
+        let open = |mark: Option<&[u64]>, d, voters: &[u64]| {
+            s.learner_at_open(dir.path(), true, mark, d, &ids(voters))
+        };
+        assert!(open(Some(&[1]), r, &[1, 2, 3]).is_some());
+        assert!(open(None, r, &[1, 2, 3]).is_none(), "no mark, nothing lost");
         assert!(
-            s.learner_at_open(dir.path(), true, r, &ids(&[1, 2, 3]))
-                .is_some()
+            open(Some(&[1]), Durability::Fsync, &[1, 2, 3]).is_none(),
+            "nothing unsynced was ever reported"
         );
-        // No log to lose, or nothing unsynced was ever reported.
-        assert!(
-            s.learner_at_open(dir.path(), false, r, &ids(&[1, 2, 3]))
-                .is_none()
-        );
-        assert!(
-            s.learner_at_open(dir.path(), true, Durability::Fsync, &ids(&[1, 2, 3]))
-                .is_none()
-        );
-        let most = settled(dir.path(), Membership::Member, Some(&[1, 3]));
-        assert!(
-            most.learner_at_open(dir.path(), true, r, &ids(&[1, 2, 3]))
-                .is_none()
-        );
-        assert!(
-            most.learner_at_open(dir.path(), true, r, &ids(&[1, 2, 4]))
-                .is_some()
-        );
+        assert!(open(Some(&[1, 3]), r, &[1, 2, 3]).is_none());
+        assert!(open(Some(&[1, 3]), r, &[1, 2, 4]).is_some());
+        assert!(open(Some(&[1]), r, &[1]).is_none(), "the only replica");
     }
 
     #[test]
@@ -485,6 +476,7 @@ mod tests {
             s.learner_at_open(
                 &replica,
                 true,
+                Some(&[1]),
                 Durability::ReplicationOnly,
                 &ids(&[1, 2, 3])
             )
