@@ -132,6 +132,8 @@ class Node(harness.OwnedProcess):
         self.log = self.dir / "node.log"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        # Extra environment for this node's process (e.g. HELIX_BOOT_ID_FILE).
+        self.env: dict[str, str] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -158,6 +160,7 @@ class Node(harness.OwnedProcess):
             env = dict(os.environ)
             env.setdefault("RUST_LOG", "info")
             env.setdefault("NO_COLOR", "1")
+            env.update(self.env)
             self.proc = subprocess.Popen(
                 self.command(), stdout=logf, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,

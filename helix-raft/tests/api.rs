@@ -431,6 +431,92 @@ fn a_replica_that_lost_its_log_rejoins_as_a_learner_until_restored() {
 }
 
 #[test]
+fn a_replica_that_lost_the_tail_of_its_log_rejoins_as_a_learner_keeping_the_rest() {
+    let mut c = Cluster::new(3);
+    c.nodes[0].campaign();
+    c.settle();
+    for v in [b"a", b"b", b"c"] {
+        c.nodes[0].propose(Bytes::from_static(v)).expect("leader");
+    }
+    c.settle();
+    let before = c.nodes[0].term();
+    // Node 2's host restarted: its WAL lost what was only in the page cache
+    // (reported durable, counted for the acknowledged index). It restarts
+    // with the prefix, as a learner.
+    c.wals[1].truncate(2);
+    let kept: Vec<Entry> = c.wals[1].clone();
+    let mut term_starts: Vec<(LogIndex, Term)> = Vec::new();
+    for e in &kept {
+        if term_starts.last().is_none_or(|(_, t)| *t != e.term) {
+            term_starts.push((e.index, e.term));
+        }
+    }
+    let cfg = RaftConfig::new(NodeId(2), vec![NodeId(1), NodeId(2), NodeId(3)]);
+    let restored = Restored {
+        hard_state: helix_raft::HardState {
+            term: before,
+            voted_for: Some(NodeId(1)),
+            learner: true,
+        },
+        wal_last: kept.last().map(|e| (e.index, e.term)),
+        wal_term_starts: term_starts,
+        seed: 2,
+    };
+    c.nodes[1] = RaftGroup::new(GroupId(1), cfg, restored).expect("valid");
+    assert!(c.nodes[1].status().learner);
+    // A candidate whose log is no longer than what node 2 kept would win
+    // with a plain follower's vote; the learner refuses it.
+    let vote = Message {
+        group: GroupId(1),
+        from: NodeId(3),
+        to: NodeId(2),
+        term: Term(before.0 + 5),
+        body: MessageBody::Vote {
+            last_index: kept.last().map_or(LogIndex(0), |e| e.index),
+            last_term: kept.last().map_or(Term(0), |e| e.term),
+            transfer: false,
+        },
+    };
+    c.nodes[1].step(vote).expect("addressed");
+    let rd = c.nodes[1].ready();
+    assert!(
+        rd.messages
+            .iter()
+            .any(|m| matches!(m.body, MessageBody::VoteResponse { reject: true })),
+        "{:?}",
+        rd.messages
+    );
+    c.handle(1, rd);
+    let mut proposed = false;
+    for _ in 0..500 {
+        for n in &mut c.nodes {
+            n.tick();
+        }
+        c.settle();
+        if let Some(l) = (0..3).find(|i| c.nodes[*i].role() == Role::Leader) {
+            assert_ne!(l, 1, "the learner cannot lead");
+            if !proposed && c.nodes[l].term() > Term(before.0 + 5) {
+                proposed = c.nodes[l].propose(Bytes::from_static(b"d")).is_ok();
+            }
+        }
+        if proposed && !c.nodes[1].status().learner {
+            break;
+        }
+    }
+    assert!(
+        proposed && !c.nodes[1].status().learner,
+        "not restored: {:?}",
+        c.nodes.iter().map(|n| n.status()).collect::<Vec<_>>()
+    );
+    // Its kept prefix is still there, below what the leader restored.
+    assert_eq!(&c.wals[1][..2], &kept[..]);
+    let data: Vec<Bytes> = c.wals[1].iter().map(|e| e.data.clone()).collect();
+    for v in [b"a", b"b", b"c", b"d"] {
+        assert!(data.contains(&Bytes::from_static(v)), "{data:?}");
+    }
+}
+
+#[test]
 fn a_leader_that_stands_down_hands_over_and_never_campaigns_again() {
     let mut c = Cluster::led_by_node_1_holding(b"a");
     c.nodes[0].stand_down();

@@ -86,7 +86,7 @@ fn acknowledged_entries_survive_every_fault_schedule() {
             ("MultiRaft host", stats.multi_host_runs),
             ("pre-vote off", stats.pre_vote_off_runs),
             ("check-quorum off", stats.check_quorum_off_runs),
-            ("log lost at a restart", stats.disk_losses),
+            ("log or its tail lost at a restart", stats.disk_losses),
             ("learner restored", stats.learners_restored),
             ("lost connection", stats.links_lost),
             ("lost connection to a live node", stats.spurious_links_lost),

@@ -87,6 +87,7 @@ impl Broker {
             file_budget: FileBudget::new(FileBudget::DEFAULT_MAX_MAPPED),
         };
         let link = Arc::new(LinkSlot::default());
+        let standing = crate::rejoin::Standing::pending(&config.data_dir)?;
         let host = ReplicaHost::start(
             HostSettings {
                 node: me,
@@ -100,33 +101,13 @@ impl Broker {
             },
             link.clone(),
         )?;
-        let factory = ReplicaFactory {
-            config: config.clone(),
-            node: me,
-            logs,
-            raft: raft_settings(&config),
-            host: host.clone(),
-        };
-        let backpressure = Backpressure::new(config.max_pending_requests, config.max_pending_bytes);
-        let controller = Arc::new(open_controller(&factory, &cluster, &backpressure, &link).await?);
-        let topics = Arc::new(TopicTable::new(factory.clone()));
-        let records: Vec<(String, TopicRecord)> = controller
-            .view()
-            .view
-            .topics
-            .iter()
-            .map(|(n, r)| (n.clone(), r.clone()))
-            .collect();
-        for (name, record) in &records {
-            topics.reconcile(name, Some(record)).await?;
-        }
-        tracing::info!(topics = records.len(), "recovered the data directory");
-        let groups =
-            crate::group::service::GroupService::open(&factory, &cluster, &backpressure).await?;
-        topics.insert(groups.internal_topic());
-        let peers = Arc::new(PeerHandler::new(host.clone(), cluster.clone()));
-        peers.set_controller(controller.clone());
-        cluster.set_liveness(link.clone());
+        // The transport runs before any group does: a node deciding how it
+        // starts asks its peers, and answers theirs, first (ADR 0018).
+        let peers = Arc::new(PeerHandler::new(
+            host.clone(),
+            cluster.clone(),
+            standing.clone(),
+        ));
         let transport = match (&config.cluster, link_to) {
             (Some(_), Some(l)) => {
                 link.set(l);
@@ -147,6 +128,57 @@ impl Broker {
             }
             _ => None,
         };
+        // In-process test clusters (no transport) always start fresh.
+        let ask = transport.as_ref().map(|t| TransportLink(t.clone()));
+        let others: Vec<NodeId> = cluster
+            .member_ids()
+            .into_iter()
+            .filter(|n| *n != me)
+            .collect();
+        crate::rejoin::establish(
+            &config,
+            &cluster_id,
+            me,
+            &others,
+            ask.as_ref().map(|l| l as &dyn PeerLink),
+            &standing,
+        )
+        .await?;
+        let factory = ReplicaFactory {
+            config: config.clone(),
+            node: me,
+            logs,
+            raft: raft_settings(&config),
+            host: host.clone(),
+            standing: standing.clone(),
+        };
+        let backpressure = Backpressure::new(config.max_pending_requests, config.max_pending_bytes);
+        let controller = Arc::new(open_controller(&factory, &cluster, &backpressure, &link).await?);
+        if standing.rejoining() {
+            tokio::spawn(crate::rejoin::finish_rejoin(
+                standing.clone(),
+                controller.clone(),
+                config.data_dir.join("controller"),
+            ));
+        }
+        let topics = Arc::new(TopicTable::new(factory.clone()));
+        let records: Vec<(String, TopicRecord)> = controller
+            .view()
+            .view
+            .topics
+            .iter()
+            .map(|(n, r)| (n.clone(), r.clone()))
+            .collect();
+        for (name, record) in &records {
+            topics.reconcile(name, Some(record)).await?;
+        }
+        tracing::info!(topics = records.len(), "recovered the data directory");
+        let groups =
+            crate::group::service::GroupService::open(&factory, &cluster, &backpressure).await?;
+        topics.insert(groups.internal_topic());
+        standing.set_opened();
+        peers.set_controller(controller.clone());
+        cluster.set_liveness(link.clone());
         tokio::spawn(applier::run(controller.clone(), topics.clone()));
         tokio::spawn(crate::cluster::gossip::run(
             cluster.clone(),

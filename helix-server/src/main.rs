@@ -13,6 +13,7 @@ mod heap;
 mod kafka;
 mod metrics;
 mod partition;
+mod rejoin;
 mod replica;
 mod scrubber;
 mod server;

@@ -137,6 +137,11 @@ pub async fn run(config: Config) -> Result<()> {
         connections.abort_all();
     }
     broker.close_all().await;
+    // Every log is closed: sync them all and say so, so the next start
+    // after a host restart knows nothing reported durable was lost.
+    if let Err(e) = crate::rejoin::boot::record_clean_stop(&broker.config.data_dir) {
+        tracing::warn!(error = %e, "cannot record a clean stop: the next start after a host restart will rejoin as a learner");
+    }
     tracing::info!("produce-path latency by stage:\n{}", metrics().summary());
     Ok(())
 }

@@ -103,6 +103,8 @@ pub struct ReplicaFactory {
     pub logs: LogShared,
     pub raft: RaftSettings,
     pub host: Arc<ReplicaHost>,
+    /// Where the node stands (ADR 0018), handed to every replica it opens.
+    pub standing: Arc<crate::rejoin::Standing>,
 }
 
 /// A replica after its open: served, or refused with the reason.
@@ -195,6 +197,7 @@ impl ReplicaFactory {
             },
             log,
             producer_id_expiration_ms: self.config.producer_id_expiration_ms,
+            standing: self.standing.clone(),
         }
     }
 

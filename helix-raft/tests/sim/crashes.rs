@@ -153,7 +153,15 @@ impl Sim {
                 if trace() {
                     eprintln!("t={} node {} loses group {g}'s log", self.now, n + 1);
                 }
-                self.nodes[n].lose_log(g);
+                // Half the time the whole log (a replaced disk), else
+                // only a tail (a lost page cache): its prefix is kept.
+                let len = self.nodes[n].groups[g].wal.entries.len() as u64;
+                let keep = if self.rng.in_range(0, 2) == 0 {
+                    0
+                } else {
+                    self.rng.in_range(0, len + 1) as usize
+                };
+                self.nodes[n].lose_log(g, keep);
                 self.stats.disk_losses += 1;
             }
         }

@@ -156,11 +156,15 @@ impl SimNode {
         self.inbox.clear();
     }
 
-    /// Group `g`'s log is damaged and set aside while the node is down: it
-    /// restarts empty, keeping its vote, as a learner.
-    pub fn lose_log(&mut self, g: usize) {
+    /// Group `g`'s log is damaged and set aside while the node is down (it
+    /// restarts empty), or loses its tail past `keep` entries (a host
+    /// restart took what was only in the page cache, though reported
+    /// durable): it restarts with what is left, keeping its vote, as a
+    /// learner.
+    pub fn lose_log(&mut self, g: usize, keep: usize) {
         let host = &mut self.groups[g];
-        host.wal = SimWal::default();
+        host.wal.truncate_after(keep);
+        host.wal.fsync_started = None;
         host.hard_state.learner = true;
         host.lost_log = true;
     }

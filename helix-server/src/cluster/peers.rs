@@ -3,7 +3,8 @@
 //!
 //! Payloads start with a kind byte: Raft message batches (to the replica
 //! host) and leadership reports (to the leader table). Unary calls carry
-//! controller commands forwarded to group 0's leader. The transport is
+//! controller commands forwarded to group 0's leader, and status calls
+//! ("where do you stand?", ADR 0018) from a node deciding how it starts. The transport is
 //! reached through [`PeerLink`], bound late ([`LinkSlot`]): the replica host
 //! starts before the transport, whose inbound side needs the host.
 
@@ -20,6 +21,7 @@ use super::leaders::{self, PAYLOAD_LEADERS};
 use crate::controller::Command;
 use crate::controller::service::{Controller, ForwardReply, ForwardRequest, Forwarded, Forwarder};
 use crate::error::{HelixError, Result};
+use crate::rejoin::{CALL_STATUS, Standing};
 use crate::replica::{Outbox, PAYLOAD_RAFT, ReplicaHost};
 use crate::transport::{CallFuture, Inbound, Lane, Transport};
 
@@ -138,6 +140,8 @@ impl Inbound for PeerHandler {
 pub struct PeerHandler {
     host: Arc<ReplicaHost>,
     cluster: Arc<ClusterState>,
+    /// Answers status calls; records every peer heard from.
+    standing: Arc<Standing>,
     controller: OnceLock<Arc<Controller>>,
 }
 
@@ -148,10 +152,15 @@ impl std::fmt::Debug for PeerHandler {
 }
 
 impl PeerHandler {
-    pub fn new(host: Arc<ReplicaHost>, cluster: Arc<ClusterState>) -> PeerHandler {
+    pub fn new(
+        host: Arc<ReplicaHost>,
+        cluster: Arc<ClusterState>,
+        standing: Arc<Standing>,
+    ) -> PeerHandler {
         PeerHandler {
             host,
             cluster,
+            standing,
             controller: OnceLock::new(),
         }
     }
@@ -170,6 +179,9 @@ impl PeerHandler {
             );
             return;
         }
+        // A node sends only once it has formed: it takes part from here on,
+        // and if it ever comes back on a new directory, this node says so.
+        self.standing.heard_from(from);
         for payload in payloads {
             let Some((&kind, body)) = payload.split_first() else {
                 continue;
@@ -207,10 +219,16 @@ impl PeerHandler {
         request: Bytes,
     ) -> BoxFuture<std::result::Result<Bytes, String>> {
         let controller = self.controller.get().cloned();
+        let status = (request.first() == Some(&CALL_STATUS)).then(|| self.standing.answer(from));
         Box::pin(async move {
             let Some((&kind, body)) = request.split_first() else {
                 return Err("empty call".to_string());
             };
+            if let Some(status) = status {
+                return serde_json::to_vec(&status)
+                    .map(Bytes::from)
+                    .map_err(|e| format!("cannot encode the status: {e}"));
+            }
             if kind != CALL_CONTROLLER_SUBMIT {
                 return Err(format!("unknown call kind {kind}"));
             }

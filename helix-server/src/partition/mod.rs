@@ -48,6 +48,9 @@ pub struct PartitionSettings {
     pub log: LogConfig,
     /// `producer.id.expiration.ms`, measured on log time (ADR 0022).
     pub producer_id_expiration_ms: i64,
+    /// Where the node stands: whether this replica may have lost what it
+    /// reported durable and starts as a learner (ADR 0018).
+    pub standing: Arc<crate::rejoin::Standing>,
 }
 
 /// The role, term and leader of a replica's group, as last published.
@@ -124,7 +127,34 @@ pub fn recover(
     std::fs::create_dir_all(dir)?;
     let wal_dir = dir.join("wal");
     let hard_state_file = HardStateFile::new(dir);
+    let has_state = hard_state_file.exists();
     let mut hard_state = hard_state_file.load()?;
+    let page_cache_mark = crate::rejoin::boot::replica_mark(dir);
+    if !hard_state.learner
+        && let Some(why) = settings.standing.learner_at_open(
+            dir,
+            has_state,
+            page_cache_mark.as_deref(),
+            settings.log.durability,
+            &settings.spec.voters,
+        )
+    {
+        // Stored before anything else happens: a crash before the replica
+        // is restored leaves it a learner.
+        hard_state.learner = true;
+        hard_state_file.store(hard_state)?;
+        tracing::info!(
+            topic,
+            index,
+            group = settings.spec.group.0,
+            reason = why,
+            "replica may have lost what it reported durable: it rejoins its group as a learner (no vote, no candidacy) until the leader has restored it"
+        );
+    }
+    if page_cache_mark.is_some() {
+        // Decided, and the vote says so: the mark has done its work.
+        crate::rejoin::boot::clear_replica_mark(dir)?;
+    }
     // Damage inside flushed data (in the active segment's checkpointed
     // range, or a sealed segment that does not hold what its metadata
     // claims) is refused, never cut (ADR 0001).

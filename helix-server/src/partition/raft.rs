@@ -37,6 +37,12 @@ impl HardStateFile {
         }
     }
 
+    /// Whether a vote was ever stored: a replica without one has never
+    /// taken part in its group.
+    pub fn exists(&self) -> bool {
+        self.path.exists()
+    }
+
     pub fn load(&self) -> Result<HardState> {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
@@ -84,7 +90,7 @@ impl HardStateFile {
             tracing::info!(
                 dir = %self.path.parent().unwrap_or(Path::new(".")).display(),
                 term = hs.term.0,
-                "replica restored from the leader past the damage: it votes again"
+                "replica restored from the leader past what it had lost: it votes again"
             );
         }
         Ok(())

@@ -1,0 +1,532 @@
+//! A replica that may have lost what it reported durable does not vote
+//! (ADR 0018). Two ways to lose it, both found before any group starts:
+//!
+//! - the data directory is new while the cluster already existed (a
+//!   replaced disk, a wiped directory): [`formation`] tells that from a
+//!   brand-new cluster by asking the peers; the node then rejoins every
+//!   group it hosts as a learner (ADR 0016's path) until its controller log
+//!   is restored and applied;
+//! - the host restarted while the node's logs held appends reported
+//!   durable but never synced (replication-only mode, [`boot`]): every
+//!   replica of the node that holds a log rejoins as a learner, keeping its
+//!   log (its prefix is valid, only an unsynced tail may be missing).
+//!
+//! [`Standing`] holds the outcome; `partition::recover` asks it whether a
+//! replica starts as a learner, and peers ask it where this node stands.
+
+pub mod boot;
+pub mod formation;
+pub mod identity;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use helix_raft::NodeId;
+use helix_wal::Durability;
+
+use crate::cluster::peers::PeerLink;
+use crate::config::Config;
+use crate::error::Result;
+use crate::partition::raft::HardStateFile;
+use formation::{Start, StatusAnswer, Witnesses};
+use identity::{Membership, NodeIdentity};
+
+/// Kind byte of a status call ("where do you stand?"), answered by
+/// [`Standing::answer`].
+pub const CALL_STATUS: u8 = 2;
+/// How long one status call may take.
+const ASK_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Pause between rounds of status calls.
+const ASK_PAUSE: Duration = Duration::from_millis(200);
+/// Log "still waiting" once per this many rounds.
+const WAIT_LOG_ROUNDS: u32 = 25;
+/// How long a node that lost its page cache waits for every peer to say
+/// whether it lost its page cache too, before deciding with the answers it
+/// has (a peer that did not answer is taken as intact: the safe side).
+const PAGE_CACHE_ASK_WINDOW: Duration = Duration::from_secs(10);
+/// How often a rejoining node checks whether its controller replica has
+/// been restored and applied.
+const REJOIN_CHECK: Duration = Duration::from_millis(200);
+
+/// Where this node stands: decided at start, read by every replica open
+/// and by peers' status calls (which arrive while it is still deciding).
+#[derive(Debug)]
+pub struct Standing {
+    data_dir: PathBuf,
+    /// The identity file is stored: this node may have taken part.
+    formed: AtomicBool,
+    /// Replicas opened with no stored state start as learners.
+    rejoining: AtomicBool,
+    /// This node found at start that its host restarted with unsynced
+    /// appends reported (set before it asks its peers, so that nodes that
+    /// all lost theirs in one power loss see each other).
+    lost_own_page_cache: AtomicBool,
+    /// Every replica the node held at start is open.
+    opened: AtomicBool,
+    /// Replica directories that started as learners for a lost page cache,
+    /// to tell peers whether this node still counts as one that lost it.
+    page_cache_learners: Mutex<Vec<PathBuf>>,
+    witnesses: Witnesses,
+    identity: Mutex<Option<NodeIdentity>>,
+}
+
+impl Standing {
+    /// A node still deciding: answers "not formed" until
+    /// [`establish`] settles it, and opens nothing meanwhile.
+    pub fn pending(data_dir: &Path) -> Result<Arc<Standing>> {
+        Ok(Arc::new(Standing {
+            data_dir: data_dir.to_path_buf(),
+            formed: AtomicBool::new(false),
+            rejoining: AtomicBool::new(false),
+            lost_own_page_cache: AtomicBool::new(false),
+            opened: AtomicBool::new(false),
+            page_cache_learners: Mutex::new(Vec::new()),
+            witnesses: Witnesses::open(data_dir)?,
+            identity: Mutex::new(None),
+        }))
+    }
+
+    /// Whether a replica being opened starts as a learner, and why: only in
+    /// a group with other replicas (the only replica has no one to learn
+    /// from), and only if it may have lost something: it has no stored
+    /// state while the node rejoins, or its directory carries the mark of a
+    /// lost page cache (`page_cache_mark`: the nodes known to have lost
+    /// theirs, see [`boot::mark_replicas`]) on a replication-only log,
+    /// unless a majority of its group lost theirs too: then nobody holds
+    /// more, and the group elects among what is left, the loss
+    /// replication-only mode documents.
+    pub fn learner_at_open(
+        &self,
+        dir: &Path,
+        has_state: bool,
+        page_cache_mark: Option<&[u64]>,
+        durability: Durability,
+        voters: &[NodeId],
+    ) -> Option<&'static str> {
+        if voters.len() < 2 {
+            return None;
+        }
+        if !has_state && self.rejoining() {
+            return Some("the node rejoins on a new data directory");
+        }
+        if let Some(lost) = page_cache_mark
+            && durability == Durability::ReplicationOnly
+        {
+            let lost: BTreeSet<NodeId> = lost.iter().map(|&n| NodeId(n)).collect();
+            if formation::majority_lost(voters, &lost) {
+                return None;
+            }
+            if let Ok(mut dirs) = self.page_cache_learners.lock() {
+                dirs.push(dir.to_path_buf());
+            }
+            return Some("the host restarted with appends only in the page cache");
+        }
+        None
+    }
+
+    /// The answer to a peer's status call.
+    pub fn answer(&self, from: NodeId) -> StatusAnswer {
+        let formed = self.formed.load(Ordering::Acquire);
+        // Until its replicas have opened, and while any of them is a learner
+        // for it: a loss long repaired must not make a later one look like
+        // a power loss of the whole group.
+        let page_cache_lost = self.lost_own_page_cache.load(Ordering::Acquire)
+            && (!self.opened.load(Ordering::Acquire) || {
+                let dirs = self
+                    .page_cache_learners
+                    .lock()
+                    .map(|d| d.clone())
+                    .unwrap_or_default();
+                dirs.iter()
+                    .any(|d| HardStateFile::new(d).load().is_ok_and(|hs| hs.learner))
+            });
+        StatusAnswer {
+            formed,
+            seen_you: self.witnesses.has_seen(from),
+            page_cache_lost,
+        }
+    }
+
+    /// Something arrived from `from`: it has formed and takes part.
+    pub fn heard_from(&self, from: NodeId) {
+        self.witnesses.record(from);
+    }
+
+    /// Every replica the node held at start has been opened.
+    pub fn set_opened(&self) {
+        self.opened.store(true, Ordering::Release);
+    }
+
+    pub fn rejoining(&self) -> bool {
+        self.rejoining.load(Ordering::Acquire)
+    }
+
+    /// The controller's replica (in `controller_dir`) votes again and the
+    /// controller has applied its log up to where it was when it did
+    /// (`applied`, `log_end`: offsets now): every topic that existed when
+    /// this node lost its directory has been opened, as a learner where it
+    /// held a replica. Replicas opened from here on are new: the node is a
+    /// member again, durably.
+    pub fn finish_rejoin_when(
+        &self,
+        controller_dir: &Path,
+        applied: i64,
+        log_end: i64,
+        target: &mut Option<i64>,
+    ) -> Result<bool> {
+        if !self.rejoining() {
+            return Ok(true);
+        }
+        if target.is_none() {
+            if HardStateFile::new(controller_dir).load()?.learner {
+                return Ok(false);
+            }
+            *target = Some(log_end);
+        }
+        // The log may have been cut back past the target (an entry that
+        // was never acknowledged): wait only for what is still there.
+        let goal = target.map_or(log_end, |t| t.min(log_end));
+        if applied < goal {
+            return Ok(false);
+        }
+        let Ok(mut identity) = self.identity.lock() else {
+            return Ok(false);
+        };
+        if let Some(id) = identity.as_mut() {
+            id.membership = Membership::Member;
+            id.store(&self.data_dir)?;
+        }
+        self.rejoining.store(false, Ordering::Release);
+        tracing::info!(
+            applied,
+            "rejoin complete: the controller's log is restored and applied; new replicas of this node vote at once"
+        );
+        Ok(true)
+    }
+
+    fn settle(&self, identity: NodeIdentity) {
+        self.rejoining.store(
+            identity.membership == Membership::Rejoining,
+            Ordering::Release,
+        );
+        if let Ok(mut slot) = self.identity.lock() {
+            *slot = Some(identity);
+        }
+        self.formed.store(true, Ordering::Release);
+    }
+}
+
+/// Encodes a status call.
+pub fn status_request() -> Bytes {
+    Bytes::from_static(&[CALL_STATUS])
+}
+
+/// Decides where this node stands before any of its groups starts: reads
+/// the identity file and the last stop, asks the peers through `link` when
+/// it must (`link` is `None` for a single node and for in-process test
+/// clusters, which always start fresh), and stores the identity and the
+/// boot id. While it asks, the node answers its peers' calls (`standing`
+/// is shared with the inbound side) and takes part in nothing.
+pub async fn establish(
+    config: &Config,
+    cluster_id: &str,
+    me: NodeId,
+    peers: &[NodeId],
+    link: Option<&dyn PeerLink>,
+    standing: &Standing,
+) -> Result<()> {
+    let data_dir = &config.data_dir;
+    let stored = NodeIdentity::load(data_dir, cluster_id, config.node_id)?;
+    // A directory with a controller vote but no identity file predates the
+    // file: it is this node's own state.
+    let predates = data_dir.join("controller").join("raft-hard-state").exists();
+    if stored.is_some() || predates {
+        standing.formed.store(true, Ordering::Release);
+    }
+    let last = boot::LastStop::read(data_dir);
+    let now = boot::current_boot_id();
+    let lost = boot::page_cache_lost(config.write_durability, &last, now.as_deref());
+    let membership = match &stored {
+        Some(id) => id.membership,
+        None if predates => Membership::Member,
+        None => match link {
+            None => Membership::Member,
+            Some(link) => ask_formation(link, me, peers).await,
+        },
+    };
+    if lost {
+        standing.lost_own_page_cache.store(true, Ordering::Release);
+        tracing::warn!(
+            recorded_boot_id = last.boot_id.as_deref().unwrap_or(""),
+            boot_id = now.as_deref().unwrap_or(""),
+            "the host restarted since this node last synced its logs (replication-only mode, no clean stop): appends it reported durable may be gone; every replica that holds a log rejoins its group as a learner, keeping its log"
+        );
+        let mut set = BTreeSet::from([me]);
+        if let Some(link) = link {
+            set.extend(ask_page_cache(link, peers).await);
+        }
+        let set: Vec<u64> = set.iter().map(|n| n.0).collect();
+        // Durable before the new boot id is: a crash in between leaves the
+        // marks, and the next start still opens these replicas as learners.
+        let marked = boot::mark_replicas(data_dir, &set)?;
+        tracing::info!(
+            lost = ?set,
+            replicas = marked,
+            "nodes known to have lost their page cache: a group where they are a majority elects among what is left"
+        );
+    }
+    let identity = match stored {
+        Some(id) => id,
+        None => {
+            let id = NodeIdentity {
+                cluster_id: cluster_id.to_string(),
+                node_id: config.node_id,
+                incarnation: crate::broker::random_uuid().simple().to_string(),
+                membership,
+            };
+            id.store(data_dir)?;
+            id
+        }
+    };
+    if identity.membership == Membership::Rejoining {
+        tracing::warn!(
+            incarnation = %identity.incarnation,
+            "this node took part in the cluster before and its data directory is new: it rejoins every group it hosts as a learner (no vote, no candidacy) until the leaders have restored it"
+        );
+    }
+    boot::record_start(data_dir, now.as_deref())?;
+    standing.settle(identity);
+    Ok(())
+}
+
+/// One round of status calls, every peer at once (each bounded by
+/// [`ASK_TIMEOUT`]); `None` where a peer did not answer.
+async fn ask_all(link: &dyn PeerLink, peers: &[NodeId]) -> Vec<Option<StatusAnswer>> {
+    let calls: Vec<_> = peers
+        .iter()
+        .map(|&p| tokio::spawn(link.call(p, status_request(), ASK_TIMEOUT)))
+        .collect();
+    let mut answers = Vec::with_capacity(calls.len());
+    for call in calls {
+        let bytes = call.await.ok().and_then(|r| r.ok());
+        answers.push(bytes.and_then(|b| serde_json::from_slice::<StatusAnswer>(&b).ok()));
+    }
+    answers
+}
+
+/// Asks until [`formation::decide`] can tell; `Member` for a fresh start.
+async fn ask_formation(link: &dyn PeerLink, me: NodeId, peers: &[NodeId]) -> Membership {
+    let nodes = peers.len() + 1;
+    let mut rounds = 0u32;
+    loop {
+        let answers = ask_all(link, peers).await;
+        match formation::decide(nodes, &answers) {
+            Start::Fresh => {
+                tracing::info!(
+                    node = me.0,
+                    "no identity file and no peer has seen this node take part: it starts as a new member"
+                );
+                return Membership::Member;
+            }
+            Start::Rejoin => return Membership::Rejoining,
+            Start::Wait => {}
+        }
+        if rounds.is_multiple_of(WAIT_LOG_ROUNDS) {
+            tracing::info!(
+                answered = answers.iter().flatten().count(),
+                peers = peers.len(),
+                "no identity file: waiting for peers to tell whether this cluster is new or this node's directory was replaced; it takes part in nothing meanwhile"
+            );
+        }
+        rounds = rounds.saturating_add(1);
+        tokio::time::sleep(ASK_PAUSE).await;
+    }
+}
+
+/// The peers that say they lost their page cache too, asked until every
+/// peer answered or [`PAGE_CACHE_ASK_WINDOW`] passed.
+async fn ask_page_cache(link: &dyn PeerLink, peers: &[NodeId]) -> BTreeSet<NodeId> {
+    let deadline = tokio::time::Instant::now() + PAGE_CACHE_ASK_WINDOW;
+    let mut known: Vec<Option<StatusAnswer>> = vec![None; peers.len()];
+    while known.iter().any(Option::is_none) && tokio::time::Instant::now() < deadline {
+        for (slot, answer) in known.iter_mut().zip(ask_all(link, peers).await) {
+            if slot.is_none() {
+                *slot = answer;
+            }
+        }
+        if known.iter().any(Option::is_none) {
+            tokio::time::sleep(ASK_PAUSE).await;
+        }
+    }
+    peers
+        .iter()
+        .zip(known)
+        .filter(|(_, a)| a.is_some_and(|a| a.page_cache_lost))
+        .map(|(p, _)| *p)
+        .collect()
+}
+
+/// Runs while the node rejoins: ends the rejoin once the controller's
+/// replica votes again and its log is applied ([`Standing::finish_rejoin_when`]).
+pub async fn finish_rejoin(
+    standing: Arc<Standing>,
+    controller: Arc<crate::controller::service::Controller>,
+    controller_dir: PathBuf,
+) {
+    let mut target = None;
+    loop {
+        let applied = controller.view().next_offset;
+        let log_end = controller.partition().log_end_offset();
+        match standing.finish_rejoin_when(&controller_dir, applied, log_end, &mut target) {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "checking whether the rejoin is complete failed; retrying")
+            }
+        }
+        tokio::time::sleep(REJOIN_CHECK).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[u64]) -> Vec<NodeId> {
+        v.iter().map(|&i| NodeId(i)).collect()
+    }
+
+    fn settled(dir: &Path, membership: Membership, lost: Option<&[u64]>) -> Arc<Standing> {
+        let s = Standing::pending(dir).expect("standing");
+        if lost.is_some() {
+            s.lost_own_page_cache.store(true, Ordering::Release);
+        }
+        s.settle(NodeIdentity {
+            cluster_id: "c".into(),
+            node_id: 1,
+            incarnation: "i".into(),
+            membership,
+        });
+        s
+    }
+
+    #[test]
+    fn a_rejoining_node_makes_learners_of_replicas_without_state_in_groups_with_others() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = settled(dir.path(), Membership::Rejoining, None);
+        let three = ids(&[1, 2, 3]);
+        let r = Durability::ReplicationOnly;
+        assert!(
+            s.learner_at_open(dir.path(), false, None, r, &three)
+                .is_some()
+        );
+        assert!(
+            s.learner_at_open(dir.path(), true, None, r, &three)
+                .is_none()
+        );
+        assert!(
+            s.learner_at_open(dir.path(), false, None, r, &ids(&[1]))
+                .is_none()
+        );
+        let member = settled(dir.path(), Membership::Member, None);
+        assert!(
+            member
+                .learner_at_open(dir.path(), false, None, r, &three)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_lost_page_cache_makes_learners_of_replication_only_logs_unless_a_majority_lost_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = settled(dir.path(), Membership::Member, Some(&[1]));
+        let r = Durability::ReplicationOnly;
+        let open = |mark: Option<&[u64]>, d, voters: &[u64]| {
+            s.learner_at_open(dir.path(), true, mark, d, &ids(voters))
+        };
+        assert!(open(Some(&[1]), r, &[1, 2, 3]).is_some());
+        assert!(open(None, r, &[1, 2, 3]).is_none(), "no mark, nothing lost");
+        assert!(
+            open(Some(&[1]), Durability::Fsync, &[1, 2, 3]).is_none(),
+            "nothing unsynced was ever reported"
+        );
+        assert!(open(Some(&[1, 3]), r, &[1, 2, 3]).is_none());
+        assert!(open(Some(&[1, 3]), r, &[1, 2, 4]).is_some());
+        assert!(open(Some(&[1]), r, &[1]).is_none(), "the only replica");
+    }
+
+    #[test]
+    fn a_node_says_it_lost_its_page_cache_only_until_its_learners_are_restored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let replica = dir.path().join("replica");
+        std::fs::create_dir_all(&replica).expect("mkdir");
+        let s = settled(dir.path(), Membership::Member, Some(&[1]));
+        assert!(s.answer(NodeId(2)).page_cache_lost, "while opening");
+        let vote = HardStateFile::new(&replica);
+        let mut hs = helix_raft::HardState {
+            learner: true,
+            ..Default::default()
+        };
+        vote.store(hs).expect("store");
+        assert!(
+            s.learner_at_open(
+                &replica,
+                true,
+                Some(&[1]),
+                Durability::ReplicationOnly,
+                &ids(&[1, 2, 3])
+            )
+            .is_some()
+        );
+        s.set_opened();
+        assert!(s.answer(NodeId(2)).page_cache_lost, "a learner left");
+        hs.learner = false;
+        vote.store(hs).expect("store");
+        assert!(!s.answer(NodeId(2)).page_cache_lost, "restored");
+        let fresh = settled(dir.path(), Membership::Member, None);
+        assert!(!fresh.answer(NodeId(2)).page_cache_lost);
+        assert!(fresh.answer(NodeId(2)).formed);
+    }
+
+    #[test]
+    fn a_rejoin_ends_once_the_controller_votes_and_its_log_is_applied() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let controller = dir.path().join("controller");
+        std::fs::create_dir_all(&controller).expect("mkdir");
+        let s = settled(dir.path(), Membership::Rejoining, None);
+        let vote = HardStateFile::new(&controller);
+        let mut hs = helix_raft::HardState {
+            learner: true,
+            ..Default::default()
+        };
+        vote.store(hs).expect("store");
+        let mut target = None;
+        assert!(
+            !s.finish_rejoin_when(&controller, 0, 5, &mut target)
+                .expect("check")
+        );
+        hs.learner = false;
+        vote.store(hs).expect("store");
+        assert!(
+            !s.finish_rejoin_when(&controller, 3, 5, &mut target)
+                .expect("check")
+        );
+        assert_eq!(target, Some(5));
+        // More arrived since: only what was there when it voted again counts.
+        assert!(
+            s.finish_rejoin_when(&controller, 5, 9, &mut target)
+                .expect("check")
+        );
+        assert!(!s.rejoining());
+        assert_eq!(
+            NodeIdentity::load(dir.path(), "c", 1)
+                .expect("load")
+                .map(|i| i.membership),
+            Some(Membership::Member)
+        );
+    }
+}
