@@ -88,6 +88,20 @@ pub struct Published {
     /// Set when a read found stored bytes that fail their checks (ADR
     /// 0001): the replica takes no more writes.
     pub damaged: std::sync::OnceLock<String>,
+    /// Leading with a majority's answers within the lease
+    /// (`RaftGroup::has_quorum_lease`, ADR 0019), as the shard last saw
+    /// at a tick or a message: false when not leading. A leader without
+    /// it may be cut off while the others elect: it names no leader and
+    /// serves no reads or writes.
+    pub lease: std::sync::atomic::AtomicBool,
+}
+
+impl Published {
+    /// Records whether the replica holds its leader lease; true when that
+    /// changed.
+    pub fn publish_lease(&self, held: bool) -> bool {
+        self.lease.swap(held, std::sync::atomic::Ordering::AcqRel) != held
+    }
 }
 
 /// A recovered replica, not yet handed to a shard.
@@ -192,6 +206,7 @@ pub fn recover(
         isr: Mutex::new(Vec::new()),
         caught_up: std::sync::atomic::AtomicBool::new(false),
         damaged: std::sync::OnceLock::new(),
+        lease: std::sync::atomic::AtomicBool::new(false),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
     let state = PartitionState::new(
@@ -271,6 +286,21 @@ impl Partition {
         *self.published.leadership.borrow()
     }
 
+    /// Whether this replica leads and holds its lease: a majority of its
+    /// group answered within the lease, so it is not cut off (ADR 0019).
+    /// Only then does this node name itself leader or serve as one.
+    pub fn holds_lease(&self) -> bool {
+        self.published
+            .lease
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// What the shard publishes for this replica (it keeps the lease
+    /// current).
+    pub(crate) fn published(&self) -> Arc<Published> {
+        self.published.clone()
+    }
+
     /// A receiver that changes whenever role, term or leader change.
     pub fn watch_leadership(&self) -> watch::Receiver<Leadership> {
         self.published.leadership.subscribe()
@@ -297,12 +327,14 @@ impl Partition {
             .unwrap_or_default()
     }
 
-    /// Serves reads and writes only as the leader; `current_leader_epoch`
-    /// (KIP-320, -1 when the client sends none) is checked against the
-    /// leader epoch as Kafka does.
+    /// Serves reads and writes only as the leader, and only while it holds
+    /// its lease (a leader cut off from its majority refuses at once, not
+    /// after check-quorum steps it down); `current_leader_epoch` (KIP-320,
+    /// -1 when the client sends none) is checked against the leader epoch
+    /// as Kafka does.
     pub fn check_leader(&self, current_leader_epoch: i32) -> Result<()> {
         let l = self.leadership();
-        if l.role != Role::Leader || !l.serving {
+        if l.role != Role::Leader || !l.serving || !self.holds_lease() {
             return Err(HelixError::NotLeader);
         }
         let epoch = term_epoch(l.term);

@@ -164,6 +164,7 @@ impl ReplicaHost {
             .send(ShardInput::Install {
                 group: Box::new(group),
                 state: Box::new(state),
+                published: partition.published(),
                 reply,
             })
             .await

@@ -21,6 +21,7 @@ use super::syncer::Syncer;
 use super::{Lane, Outbox};
 use crate::batcher::Work;
 use crate::error::{HelixError, Result};
+use crate::partition::Published;
 use crate::partition::raft::HardStateFile;
 use crate::partition::state::PartitionState;
 
@@ -36,6 +37,8 @@ pub enum ShardInput {
     Install {
         group: Box<RaftGroup>,
         state: Box<PartitionState>,
+        /// Where the shard publishes the replica's leader lease.
+        published: Arc<Published>,
         reply: oneshot::Sender<Result<()>>,
     },
     Work(GroupId, Work),
@@ -56,6 +59,8 @@ pub struct Shard {
     index: usize,
     multi: MultiRaft,
     states: HashMap<GroupId, PartitionState>,
+    /// Each group's published view, for its leader lease.
+    published: HashMap<GroupId, Arc<Published>>,
     outbox: Arc<dyn Outbox>,
     syncer: Syncer,
     /// This shard's own queue, for the syncer's answers.
@@ -124,6 +129,7 @@ impl Shard {
             index,
             multi: MultiRaft::new(cx.node),
             states: HashMap::new(),
+            published: HashMap::new(),
             outbox: cx.outbox,
             syncer: cx.syncer,
             me,
@@ -204,6 +210,7 @@ impl Shard {
             ShardInput::Install {
                 group,
                 state,
+                published,
                 reply,
             } => {
                 let id = group.group();
@@ -212,9 +219,11 @@ impl Shard {
                 // group is leader already, and a produce sent right after
                 // must find it so.
                 state.leadership(&group);
+                published.publish_lease(group.has_quorum_lease());
                 let result = self.multi.insert_group(*group).map_err(HelixError::from);
                 if result.is_ok() {
                     self.states.insert(id, state);
+                    self.published.insert(id, published);
                     self.touched.insert(id);
                 }
                 let _ = reply.send(result);
@@ -412,7 +421,19 @@ impl Shard {
             else {
                 continue;
             };
-            if let Some(now) = state.leadership(group) {
+            // A lease that ends is withdrawn before, one that begins is
+            // published after, the role: readers never see a lease held
+            // by a replica that no longer leads.
+            let lease = group.has_quorum_lease();
+            let published = self.published.get(&id);
+            if !lease {
+                publish_lease(published, id, false, group, &self.changes);
+            }
+            let changed = state.leadership(group);
+            if lease {
+                publish_lease(published, id, true, group, &self.changes);
+            }
+            if let Some(now) = changed {
                 let s = group.status();
                 tracing::info!(
                     group = id.0,
@@ -541,6 +562,9 @@ impl Shard {
     fn remove(&mut self, id: GroupId) {
         self.multi.remove_group(id);
         self.states.remove(&id);
+        if let Some(p) = self.published.remove(&id) {
+            p.publish_lease(false);
+        }
         self.awaiting_sync.remove(&id);
         if let Some(r) = &mut self.in_round {
             r.remove(&id);
@@ -558,4 +582,28 @@ fn keep(mut batch: MessageBatch, failed: &[GroupId]) -> MessageBatch {
         batch.messages.retain(|m| !failed.contains(&m.group));
     }
     batch
+}
+
+/// Publishes whether `group`'s replica holds its leader lease; a change is
+/// gossiped at once (a leader's report claims the lease), and a lease a
+/// leader loses is logged and counted.
+fn publish_lease(
+    published: Option<&Arc<Published>>,
+    id: GroupId,
+    held: bool,
+    group: &RaftGroup,
+    changes: &AtomicU64,
+) {
+    if !published.is_some_and(|p| p.publish_lease(held)) {
+        return;
+    }
+    changes.fetch_add(1, Ordering::Relaxed);
+    if !held && group.role() == helix_raft::Role::Leader {
+        tracing::info!(
+            group = id.0,
+            term = group.term().0,
+            "leader lease lost: no majority answered within the lease; not naming itself leader"
+        );
+        crate::metrics::Metrics::count(&crate::metrics::metrics().counters.leader_lease_losses, 1);
+    }
 }
