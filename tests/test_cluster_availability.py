@@ -14,7 +14,9 @@ long records actually waited is printed as a figure, never asserted.
 The schedule is drawn from a seed (printed; replay with
 HELIX_AVAILABILITY_SEED): the order of the trials, a jitter added to each
 start delay, the order of the bootstrap list. HELIX_AVAILABILITY_ROUNDS
-runs the whole set of trials that many times (default 1).
+runs the whole set of trials that many times (default 1);
+HELIX_AVAILABILITY_DELAYS replaces the start delays (comma-separated
+seconds).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.managed,
                                  reason="cluster tests start their own Helix nodes")]
 
 PARTITIONS = 3
-DELAYS_S = (0.1, 0.5, 1.5, 2.5)
+DELAYS_S = tuple(float(d) for d in os.environ.get("HELIX_AVAILABILITY_DELAYS", "0.1,0.5,1.5,2.5").split(","))
 MODES = ("blackhole", "refuse")
 ROUNDS = int(os.environ.get("HELIX_AVAILABILITY_ROUNDS", "1"))
 # The longest election timeout is 20 ticks of 50 ms (1 s). A record may wait
