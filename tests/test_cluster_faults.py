@@ -324,6 +324,7 @@ def test_isolated_leader_stops_and_the_majority_carries_on(tmp_path, topic, mode
         timeline = []
         new_named_at = None
         stale = []
+        majority_stale = []
         while time.monotonic() - cut_at < PROBE_WINDOW_S:
             if not load_started and time.monotonic() - cut_at >= 0.5:
                 load.start()
@@ -339,6 +340,8 @@ def test_isolated_leader_stops_and_the_majority_carries_on(tmp_path, topic, mode
             timeline.append((round(at, 3), seen, answer))
             if new_named_at is not None and answer is not None and answer[0] == old:
                 stale.append((round(at, 3), answer))
+            if new_named_at is not None and seen is not None and seen[0] == old:
+                majority_stale.append((round(at, 3), seen))
             time.sleep(PROBE_EVERY_S)
         if not load_started:
             load.start()
@@ -349,6 +352,7 @@ def test_isolated_leader_stops_and_the_majority_carries_on(tmp_path, topic, mode
             "majority_named_new_leader_s": new_named_at,
             "isolated_named_itself_until_s": max(named_self, default=None),
             "stale_answers_after_new_leader": len(stale),
+            "majority_answers_naming_the_old_leader_again": len(majority_stale),
             "probe_produce": produced,
         }
         print(json.dumps({"isolated_leader_probe": figures}))
@@ -358,6 +362,8 @@ def test_isolated_leader_stops_and_the_majority_carries_on(tmp_path, topic, mode
         assert err == kwire.ERR_NOT_LEADER_OR_FOLLOWER, f"expected NOT_LEADER_OR_FOLLOWER: {produced}"
         assert not stale, (f"the isolated node named itself leader after the majority had elected "
                            f"another (at {new_named_at}s): {stale[:5]}\n{timeline}")
+        assert not majority_stale, (f"the majority named the cut-off node leader again after naming "
+                                    f"another: {majority_stale[:5]}")
         # Once it knows it is cut off, it stops routing clients (Metadata
         # closes the connection), so they ask the majority.
         deadline = time.monotonic() + 10
