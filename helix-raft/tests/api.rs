@@ -545,6 +545,7 @@ fn a_leader_holds_its_lease_only_while_a_majority_answers() {
     // (check-quorum steps it down only after an election timeout)...
     let lease = c.nodes[0].config().lease_ticks();
     assert!(lease < c.nodes[0].config().election_ticks);
+    assert_eq!(c.nodes[0].lease_ticks_left(), lease);
     for t in 1..=lease {
         c.nodes[0].tick();
         let _ = c.nodes[0].ready();
@@ -553,6 +554,7 @@ fn a_leader_holds_its_lease_only_while_a_majority_answers() {
             t < lease,
             "after {t} silent ticks"
         );
+        assert_eq!(c.nodes[0].lease_ticks_left(), lease - t);
     }
     assert_eq!(c.nodes[0].role(), Role::Leader);
     // ...and before the followers, ticking alike, would let another node
@@ -614,4 +616,5 @@ fn a_one_voter_leader_always_holds_its_lease() {
         g.tick();
     }
     assert!(g.has_quorum_lease());
+    assert_eq!(g.lease_ticks_left(), u32::MAX, "its own majority, always");
 }

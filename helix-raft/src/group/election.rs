@@ -78,16 +78,40 @@ impl RaftGroup {
     /// between the host treats it as not leading.
     #[must_use]
     pub fn has_quorum_lease(&self) -> bool {
+        self.lease_ticks_left() > 0
+    }
+
+    /// Ticks until the lease ends if no follower answers meanwhile: 0 when
+    /// it is not held, `u32::MAX` for a one-voter group (its own majority).
+    /// A host that can be paused or stalled (its ticks stop while time
+    /// goes on) turns this into a deadline on its own clock, so the lease
+    /// also ends while no tick runs.
+    #[must_use]
+    pub fn lease_ticks_left(&self) -> u32 {
         if self.role != Role::Leader {
-            return false;
+            return 0;
         }
-        let lease = self.cfg.lease_ticks();
-        let answered = self
+        let needed = self.cfg.quorum() - 1;
+        if needed == 0 {
+            return u32::MAX;
+        }
+        let mut silent: Vec<u32> = self
             .progress
             .iter()
-            .filter(|(_, pr)| !pr.connection_lost && pr.ticks_since_heard < lease)
-            .count();
-        answered + 1 >= self.cfg.quorum()
+            .map(|(_, pr)| {
+                if pr.connection_lost {
+                    u32::MAX
+                } else {
+                    pr.ticks_since_heard
+                }
+            })
+            .collect();
+        silent.sort_unstable();
+        // The lease holds while `needed` followers answered within it: it
+        // rests on the `needed`-th most recent answer.
+        silent
+            .get(needed - 1)
+            .map_or(0, |s| self.cfg.lease_ticks().saturating_sub(*s))
     }
 
     /// The host's connection to `node` broke (on a kill the kernel closes

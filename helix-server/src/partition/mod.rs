@@ -88,20 +88,52 @@ pub struct Published {
     /// Set when a read found stored bytes that fail their checks (ADR
     /// 0001): the replica takes no more writes.
     pub damaged: std::sync::OnceLock<String>,
-    /// Leading with a majority's answers within the lease
-    /// (`RaftGroup::has_quorum_lease`, ADR 0019), as the shard last saw
-    /// at a tick or a message: false when not leading. A leader without
-    /// it may be cut off while the others elect: it names no leader and
+    /// Until when this replica leads with a majority's answers within the
+    /// lease (`RaftGroup::lease_ticks_left`, ADR 0019), on
+    /// [`lease_clock`]: 0 when not leading, `u64::MAX` for a one-voter
+    /// group. The shard sets it at every tick and message as a deadline
+    /// on the host's clock, so a lease also runs out while the shard does
+    /// not tick (a paused process, a stalled round). A leader without it
+    /// may be cut off while the others elect: it names no leader and
     /// serves no reads or writes.
-    pub lease: std::sync::atomic::AtomicBool,
+    pub lease_until: std::sync::atomic::AtomicU64,
 }
 
 impl Published {
-    /// Records whether the replica holds its leader lease; true when that
+    /// Publishes the lease as ending `ticks_left` ticks of `tick` from now
+    /// (0: not held; `u32::MAX`: always); true when whether it is held
     /// changed.
-    pub fn publish_lease(&self, held: bool) -> bool {
-        self.lease.swap(held, std::sync::atomic::Ordering::AcqRel) != held
+    pub fn publish_lease(&self, ticks_left: u32, tick: std::time::Duration) -> bool {
+        let now = lease_clock();
+        let until = match ticks_left {
+            0 => 0,
+            u32::MAX => u64::MAX,
+            n => {
+                let tick = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX);
+                now.saturating_add(tick.saturating_mul(u64::from(n)))
+            }
+        };
+        let before = self
+            .lease_until
+            .swap(until, std::sync::atomic::Ordering::AcqRel);
+        (before > now) != (until > now)
     }
+
+    /// Whether the lease published last has not run out.
+    pub fn holds_lease(&self) -> bool {
+        lease_clock() < self.lease_until.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// The clock of leases: nanoseconds since this process first asked.
+pub fn lease_clock() -> u64 {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    u64::try_from(
+        BASE.get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos(),
+    )
+    .unwrap_or(u64::MAX)
 }
 
 /// A recovered replica, not yet handed to a shard.
@@ -206,7 +238,7 @@ pub fn recover(
         isr: Mutex::new(Vec::new()),
         caught_up: std::sync::atomic::AtomicBool::new(false),
         damaged: std::sync::OnceLock::new(),
-        lease: std::sync::atomic::AtomicBool::new(false),
+        lease_until: std::sync::atomic::AtomicU64::new(0),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
     let state = PartitionState::new(
@@ -290,9 +322,7 @@ impl Partition {
     /// group answered within the lease, so it is not cut off (ADR 0019).
     /// Only then does this node name itself leader or serve as one.
     pub fn holds_lease(&self) -> bool {
-        self.published
-            .lease
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.published.holds_lease()
     }
 
     /// What the shard publishes for this replica (it keeps the lease

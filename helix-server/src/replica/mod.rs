@@ -122,6 +122,7 @@ impl ReplicaHost {
                 isr_lag_ticks,
                 changes: changes.clone(),
                 balance_every,
+                tick: settings.tick,
             };
             let shard = Shard::new(i, cx, tx.clone());
             let thread = std::thread::Builder::new()

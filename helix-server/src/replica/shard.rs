@@ -98,6 +98,9 @@ pub struct Shard {
     /// left alone for [`HANDBACK_RETRY_ROUNDS`] balancing intervals.
     handbacks: HashMap<GroupId, (helix_raft::Term, u64)>,
     tick_pending: Arc<AtomicBool>,
+    /// Length of a tick: leases are published as deadlines on the host's
+    /// clock.
+    tick: std::time::Duration,
 }
 
 /// Leader balancing hands back at most this many groups per shard at a
@@ -121,6 +124,8 @@ pub struct ShardContext {
     /// Set by the timer when it queues a tick, cleared when the tick is
     /// taken (at most one tick queued).
     pub tick_pending: Arc<AtomicBool>,
+    /// Length of a tick.
+    pub tick: std::time::Duration,
 }
 
 impl Shard {
@@ -147,6 +152,7 @@ impl Shard {
             balancing: false,
             handbacks: HashMap::new(),
             tick_pending: cx.tick_pending,
+            tick: cx.tick,
         }
     }
 
@@ -219,7 +225,7 @@ impl Shard {
                 // group is leader already, and a produce sent right after
                 // must find it so.
                 state.leadership(&group);
-                published.publish_lease(group.has_quorum_lease());
+                published.publish_lease(group.lease_ticks_left(), self.tick);
                 let result = self.multi.insert_group(*group).map_err(HelixError::from);
                 if result.is_ok() {
                     self.states.insert(id, state);
@@ -424,14 +430,14 @@ impl Shard {
             // A lease that ends is withdrawn before, one that begins is
             // published after, the role: readers never see a lease held
             // by a replica that no longer leads.
-            let lease = group.has_quorum_lease();
-            let published = self.published.get(&id);
-            if !lease {
-                publish_lease(published, id, false, group, &self.changes);
+            let left = group.lease_ticks_left();
+            let lease = (self.published.get(&id), self.tick, &*self.changes);
+            if left == 0 {
+                publish_lease(lease, id, left, group);
             }
             let changed = state.leadership(group);
-            if lease {
-                publish_lease(published, id, true, group, &self.changes);
+            if left > 0 {
+                publish_lease(lease, id, left, group);
             }
             if let Some(now) = changed {
                 let s = group.status();
@@ -563,7 +569,7 @@ impl Shard {
         self.multi.remove_group(id);
         self.states.remove(&id);
         if let Some(p) = self.published.remove(&id) {
-            p.publish_lease(false);
+            p.publish_lease(0, self.tick);
         }
         self.awaiting_sync.remove(&id);
         if let Some(r) = &mut self.in_round {
@@ -584,17 +590,26 @@ fn keep(mut batch: MessageBatch, failed: &[GroupId]) -> MessageBatch {
     batch
 }
 
-/// Publishes whether `group`'s replica holds its leader lease; a change is
-/// gossiped at once (a leader's report claims the lease), and a lease a
-/// leader loses is logged and counted.
+/// Where a lease is published: the replica's view, the tick length, the
+/// gossip's change counter.
+type LeaseSink<'a> = (
+    Option<&'a Arc<Published>>,
+    std::time::Duration,
+    &'a AtomicU64,
+);
+
+/// Publishes `group`'s leader lease (`ticks_left` ticks of the tick length
+/// from now, a deadline on the host's clock); a change of whether it is
+/// held is gossiped at once (a leader's report claims the lease), and a
+/// lease a leader loses is logged and counted.
 fn publish_lease(
-    published: Option<&Arc<Published>>,
+    (published, tick, changes): LeaseSink<'_>,
     id: GroupId,
-    held: bool,
+    ticks_left: u32,
     group: &RaftGroup,
-    changes: &AtomicU64,
 ) {
-    if !published.is_some_and(|p| p.publish_lease(held)) {
+    let held = ticks_left > 0;
+    if !published.is_some_and(|p| p.publish_lease(ticks_left, tick)) {
         return;
     }
     changes.fetch_add(1, Ordering::Relaxed);
