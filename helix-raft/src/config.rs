@@ -17,6 +17,14 @@ pub const DEFAULT_MAX_INFLIGHT_APPENDS: usize = 5;
 pub const DEFAULT_MAX_APPEND_BYTES: usize = 1 << 20;
 /// Default in-memory log budget of one group: 64 MiB.
 pub const DEFAULT_MAX_INMEM_BYTES: usize = 64 << 20;
+/// How many ticks shorter a leader's lease is than the election timeout.
+/// A follower honours its leader for `election_ticks` counted from when a
+/// leader's message reached it; the leader counts its lease from when the
+/// follower's answer reached it, which is later, and the two nodes' ticks
+/// are out of phase by up to one tick. Two ticks of margin make the lease
+/// end before any follower could grant a pre-vote to another candidate,
+/// unless an answer took more than a tick to come back.
+pub const LEASE_MARGIN_TICKS: u32 = 2;
 
 /// Configuration of one replica of one group.
 #[derive(Clone, Debug)]
@@ -99,6 +107,16 @@ impl RaftConfig {
     #[must_use]
     pub fn quorum(&self) -> usize {
         self.voters.len() / 2 + 1
+    }
+
+    /// A leader holds its lease while a majority (itself included) answered
+    /// within this many ticks: [`LEASE_MARGIN_TICKS`] less than the
+    /// election timeout, at least one tick.
+    #[must_use]
+    pub fn lease_ticks(&self) -> u32 {
+        self.election_ticks
+            .saturating_sub(LEASE_MARGIN_TICKS)
+            .max(1)
     }
 }
 

@@ -131,7 +131,9 @@ impl MultiRaft {
     }
 
     /// The host's connection to `node` broke: every group following it
-    /// campaigns soon ([`RaftGroup::peer_lost`]). Returns those groups.
+    /// campaigns soon, and a group led here whose lease rested on `node`'s
+    /// answers loses it ([`RaftGroup::peer_lost`]). Returns the groups
+    /// that acted.
     pub fn peer_lost(&mut self, node: NodeId) -> Vec<GroupId> {
         self.groups
             .iter_mut()

@@ -36,8 +36,14 @@ pub struct Progress {
     pub durable: LogIndex,
     /// Heard from since the last check-quorum round.
     pub recent_active: bool,
-    /// Leader ticks since the follower last answered (ISR, balancing).
+    /// Leader ticks since the follower last answered (ISR, balancing,
+    /// the lease).
     pub ticks_since_heard: u32,
+    /// The host reported the connection to this follower broken and
+    /// nothing arrived from it since: its earlier answers no longer count
+    /// towards the leader's lease (the follower, told the same, may be
+    /// electing another leader already).
+    pub connection_lost: bool,
     /// Ticks spent in `CatchUp` without the host feeding entries.
     pub catch_up_idle: u32,
     /// Commit index last sent to this follower.
@@ -61,10 +67,18 @@ impl Progress {
             durable: LogIndex(0),
             recent_active: true,
             ticks_since_heard: 0,
+            connection_lost: false,
             catch_up_idle: 0,
             commit_sent: LogIndex(0),
             stall_mark: None,
         }
+    }
+
+    /// The follower answered (any response of this term).
+    pub fn heard(&mut self) {
+        self.recent_active = true;
+        self.ticks_since_heard = 0;
+        self.connection_lost = false;
     }
 
     pub fn become_probe(&mut self) {

@@ -620,3 +620,87 @@ fn the_second_in_line_stands_when_the_first_was_refused() {
     assert_eq!(c.nodes[2].role(), Role::Leader);
     assert_eq!(c.nodes[1].leader(), Some(NodeId(3)));
 }
+
+#[test]
+fn a_leader_holds_its_lease_only_while_a_majority_answers() {
+    let mut c = Cluster::led_by_node_1_holding(b"a");
+    assert!(c.nodes[0].has_quorum_lease());
+    assert!(!c.nodes[1].has_quorum_lease(), "a follower never holds it");
+    // Node 1 is cut off: it ticks, its heartbeats go nowhere, nothing
+    // answers. Its lease ends after `lease_ticks`, while it still leads
+    // (check-quorum steps it down only after an election timeout)...
+    let lease = c.nodes[0].config().lease_ticks();
+    assert!(lease < c.nodes[0].config().election_ticks);
+    assert_eq!(c.nodes[0].lease_ticks_left(), lease);
+    for t in 1..=lease {
+        c.nodes[0].tick();
+        let _ = c.nodes[0].ready();
+        assert_eq!(
+            c.nodes[0].has_quorum_lease(),
+            t < lease,
+            "after {t} silent ticks"
+        );
+        assert_eq!(c.nodes[0].lease_ticks_left(), lease - t);
+    }
+    assert_eq!(c.nodes[0].role(), Role::Leader);
+    // ...and before the followers, ticking alike, would let another node
+    // be elected: both still refuse a pre-vote for node 3.
+    for n in 1..3 {
+        for _ in 0..lease {
+            c.nodes[n].tick();
+        }
+        let _ = c.nodes[n].ready();
+    }
+    let pre_vote = Message {
+        group: GroupId(1),
+        from: NodeId(3),
+        to: NodeId(2),
+        term: Term(c.nodes[1].term().0 + 1),
+        body: MessageBody::PreVote {
+            last_index: c.nodes[2].status().last_index,
+            last_term: c.nodes[2].term(),
+        },
+    };
+    c.nodes[1].step(pre_vote).expect("well addressed");
+    let answers = c.nodes[1].ready().messages;
+    assert!(
+        answers.is_empty()
+            || answers
+                .iter()
+                .all(|m| matches!(m.body, MessageBody::PreVoteResponse { reject: true })),
+        "a follower in its leader's lease grants no pre-vote: {answers:?}"
+    );
+    // One answer from a follower makes a majority again.
+    c.nodes[0].tick();
+    c.settle();
+    assert!(c.nodes[0].has_quorum_lease());
+}
+
+#[test]
+fn a_lost_connection_ends_the_lease_at_once_and_an_answer_restores_it() {
+    let mut c = Cluster::led_by_node_1_holding(b"a");
+    // One follower lost: the leader and the other still make a majority.
+    assert!(!c.nodes[0].peer_lost(NodeId(2)), "the lease still holds");
+    assert!(c.nodes[0].has_quorum_lease());
+    // Both lost (the leader is cut off, and its followers were told too:
+    // they may be electing already): the lease ends now, not in 8 ticks.
+    assert!(c.nodes[0].peer_lost(NodeId(3)), "the lease ended");
+    assert!(!c.nodes[0].has_quorum_lease());
+    assert_eq!(c.nodes[0].role(), Role::Leader, "a hint: no step-down");
+    // A spurious report: the followers answer the next heartbeat.
+    c.nodes[0].tick();
+    c.settle();
+    assert!(c.nodes[0].has_quorum_lease());
+}
+
+#[test]
+fn a_one_voter_leader_always_holds_its_lease() {
+    let mut g = one_voter();
+    assert!(!g.has_quorum_lease());
+    g.campaign();
+    for _ in 0..100 {
+        g.tick();
+    }
+    assert!(g.has_quorum_lease());
+    assert_eq!(g.lease_ticks_left(), u32::MAX, "its own majority, always");
+}

@@ -66,8 +66,59 @@ impl RaftGroup {
         active >= self.cfg.quorum()
     }
 
+    /// Whether this replica leads with evidence that it is not cut off: a
+    /// majority of the group (this node included) answered within the
+    /// lease ([`crate::RaftConfig::lease_ticks`], shorter than the election
+    /// timeout), and no connection to those followers was reported broken
+    /// since. Only then may the host tell clients that this node leads:
+    /// without it the leader may be cut off while the others elect a new
+    /// one. Counted in ticks, like everything here; a new leader holds it
+    /// at once (its votes are a majority's answers). Check-quorum steps
+    /// the leader down later (an election timeout with no majority); in
+    /// between the host treats it as not leading.
+    #[must_use]
+    pub fn has_quorum_lease(&self) -> bool {
+        self.lease_ticks_left() > 0
+    }
+
+    /// Ticks until the lease ends if no follower answers meanwhile: 0 when
+    /// it is not held, `u32::MAX` for a one-voter group (its own majority).
+    /// A host that can be paused or stalled (its ticks stop while time
+    /// goes on) turns this into a deadline on its own clock, so the lease
+    /// also ends while no tick runs.
+    #[must_use]
+    pub fn lease_ticks_left(&self) -> u32 {
+        if self.role != Role::Leader {
+            return 0;
+        }
+        let needed = self.cfg.quorum() - 1;
+        if needed == 0 {
+            return u32::MAX;
+        }
+        let mut silent: Vec<u32> = self
+            .progress
+            .iter()
+            .map(|(_, pr)| {
+                if pr.connection_lost {
+                    u32::MAX
+                } else {
+                    pr.ticks_since_heard
+                }
+            })
+            .collect();
+        silent.sort_unstable();
+        // The lease holds while `needed` followers answered within it: it
+        // rests on the `needed`-th most recent answer.
+        silent
+            .get(needed - 1)
+            .map_or(0, |s| self.cfg.lease_ticks().saturating_sub(*s))
+    }
+
     /// The host's connection to `node` broke (on a kill the kernel closes
-    /// it at once). A follower of `node` forgets it as leader, so it grants
+    /// it at once). A leader stops counting `node`'s earlier answers
+    /// towards its lease (its followers, told the same, may be electing
+    /// another leader already); returns whether that ended the lease.
+    /// A follower of `node` forgets it as leader, so it grants
     /// the other followers' pre-votes, and campaigns soon instead of after
     /// a whole election timeout: in `rank` ticks, `rank` being its place
     /// after `node` in the voter list (the first in line at once), so the
@@ -75,10 +126,18 @@ impl RaftGroup {
     /// differs with its placement.
     /// Safe to call when `node` is alive: a pre-vote still needs a majority
     /// that no longer hears a leader, and the leader's next message makes
-    /// it the known leader again. Without pre-vote it does nothing (a
-    /// campaign would raise the term and depose a live leader). Returns
-    /// whether it acted (the leader was forgotten).
+    /// it the known leader again (and a live follower's next answer gives
+    /// the leader its lease back). Without pre-vote a follower does nothing
+    /// (a campaign would raise the term and depose a live leader). Returns
+    /// whether it acted (the leader was forgotten, or the lease ended).
     pub fn peer_lost(&mut self, node: NodeId) -> bool {
+        if self.role == Role::Leader {
+            let held = self.has_quorum_lease();
+            if let Some((_, pr)) = self.progress.iter_mut().find(|(n, _)| *n == node) {
+                pr.connection_lost = true;
+            }
+            return held && !self.has_quorum_lease();
+        }
         if !self.cfg.pre_vote || self.role != Role::Follower || self.leader != Some(node) {
             return false;
         }

@@ -292,8 +292,7 @@ impl RaftGroup {
             return;
         };
         let pr = &mut self.progress[i].1;
-        pr.recent_active = true;
-        pr.ticks_since_heard = 0;
+        pr.heard();
         pr.durable = pr.durable.max(durable);
         if reject {
             let last = self.log.last_index();
@@ -331,8 +330,7 @@ impl RaftGroup {
             return;
         };
         let pr = &mut self.progress[i].1;
-        pr.recent_active = true;
-        pr.ticks_since_heard = 0;
+        pr.heard();
         pr.durable = pr.durable.max(durable);
         // `matched` was verified by the follower against this term's log:
         // as good as an append success whose response was lost.

@@ -23,8 +23,36 @@ impl Sim {
             self.check_replicas(g)?;
             self.check_leaders(g)?;
             self.check_log_matching(g)?;
+            self.count_leases(g);
         }
         Ok(())
+    }
+
+    /// Counts the leader lease held, and held while a newer term already
+    /// has a leader (see `Stats::lease_overlaps`).
+    fn count_leases(&mut self, g: usize) {
+        let leaders: Vec<(helix_raft::Term, bool)> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.group(g))
+            .filter(|r| r.role() == Role::Leader)
+            .map(|r| (r.term(), r.has_quorum_lease()))
+            .collect();
+        let newest = leaders.iter().map(|(t, _)| *t).max();
+        let mut held = false;
+        for (term, lease) in &leaders {
+            if *lease {
+                held = true;
+                if newest.is_some_and(|n| n > *term) {
+                    self.stats.lease_overlaps += 1;
+                    let rates = &self.cfg.tick_rates;
+                    if rates.iter().all(|r| *r == rates[0]) {
+                        self.stats.lease_overlaps_same_clock += 1;
+                    }
+                }
+            }
+        }
+        self.stats.lease_held += u64::from(held);
     }
 
     /// Per-replica invariants of the three positions and the WAL.

@@ -35,6 +35,15 @@ pub struct Stats {
     /// Connections reported broken to a host (after a crash or spuriously).
     pub links_lost: u64,
     pub spurious_links_lost: u64,
+    /// Checks (one group, one step) at which some leader held its lease
+    /// (`has_quorum_lease`), and those at which a lease holder coexisted
+    /// with a leader of a newer term: a figure, not an invariant (clocks
+    /// run at different rates in some seeds, answers arrive late, lost
+    /// connections are reported to one side only).
+    pub lease_held: u64,
+    pub lease_overlaps: u64,
+    /// Of those, in runs whose nodes' clocks run at one rate.
+    pub lease_overlaps_same_clock: u64,
     pub net: NetCounts,
 }
 
@@ -69,7 +78,10 @@ impl Stats {
             disk_losses,
             learners_restored,
             links_lost,
-            spurious_links_lost
+            spurious_links_lost,
+            lease_held,
+            lease_overlaps,
+            lease_overlaps_same_clock
         );
         let (a, b) = (&mut self.net, &s.net);
         a.dropped += b.dropped;

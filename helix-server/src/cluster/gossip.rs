@@ -1,4 +1,4 @@
-//! Reporting the groups this node leads to every other node (see
+//! Reporting the groups this node leads, with its lease, to every other node (see
 //! [`super::leaders`]): the whole set twice a second, which also tells the
 //! peers this node is alive, and at once (at the next tick) after a
 //! leadership or ISR change.
@@ -40,7 +40,10 @@ pub async fn run(
             .iter()
             .filter_map(|p| {
                 let l = p.leadership();
-                (l.role == Role::Leader).then(|| Report {
+                // A report claims the lease: a leader cut off from its
+                // majority (one-way, the others may still hear it) must
+                // not tell them it leads.
+                (l.role == Role::Leader && p.holds_lease()).then(|| Report {
                     group: p.group,
                     term: l.term,
                     isr: p.isr(),

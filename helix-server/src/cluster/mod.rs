@@ -12,6 +12,8 @@ pub mod leaders;
 pub mod peers;
 
 #[cfg(test)]
+mod lease_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
@@ -139,11 +141,21 @@ impl ClusterState {
     /// The leader of `group`: from the local replica if there is one (with
     /// the ISR it computes as leader, or the leader's report of it),
     /// otherwise from the leaders' reports; None while unknown or down.
+    ///
+    /// Leadership is by term: the highest term known wins, so once the
+    /// majority elected a new leader, a report still fresh from the node
+    /// it lost is outranked. This node names itself only while its replica
+    /// holds the leader lease (a majority answered within it, ADR 0019): a
+    /// leader cut off from its majority names no leader for its groups,
+    /// while the majority elects another. (The reports it still holds of
+    /// the other nodes' groups are kept: they send a client it serves to
+    /// the majority.)
     pub fn leadership(&self, group: GroupId, local: Option<&Partition>) -> Option<Leadership> {
         let reported = self.leaders.get(group);
         let from_local = local.and_then(|p| {
             let l = p.leadership();
             match (l.role, l.leader) {
+                (Role::Leader, _) if !p.holds_lease() => None,
                 (Role::Leader, _) => Some(Leadership {
                     leader: self.me,
                     term: l.term,

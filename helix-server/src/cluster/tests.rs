@@ -75,7 +75,7 @@ impl PeerLink for MemLink {
     }
 }
 
-struct TestCluster {
+pub(super) struct TestCluster {
     net: Arc<Net>,
     /// Leader balancing on (Kafka's default); off where a test must tell
     /// an election from a hand-over.
@@ -86,7 +86,7 @@ struct TestCluster {
 }
 
 impl TestCluster {
-    async fn start(n: usize) -> TestCluster {
+    pub(super) async fn start(n: usize) -> TestCluster {
         TestCluster::start_with(n, true).await
     }
 
@@ -148,7 +148,7 @@ impl TestCluster {
         }
     }
 
-    fn broker(&self, id: u64) -> &Arc<Broker> {
+    pub(super) fn broker(&self, id: u64) -> &Arc<Broker> {
         self.brokers[id as usize - 1]
             .as_ref()
             .expect("broker is up")
@@ -157,7 +157,7 @@ impl TestCluster {
 
 impl TestCluster {
     /// Cuts every link of `id` (a network partition around it).
-    fn isolate(&self, id: u64) {
+    pub(super) fn isolate(&self, id: u64) {
         let mut cut = self.net.cut.lock().expect("lock");
         for other in 1..=self.nodes.len() as u64 {
             if other != id {
@@ -170,18 +170,18 @@ impl TestCluster {
         self.net.cut.lock().expect("lock").clear();
     }
 
-    fn ids(&self) -> Vec<u64> {
+    pub(super) fn ids(&self) -> Vec<u64> {
         (1..=self.nodes.len() as u64).collect()
     }
 
-    async fn close(self) {
+    pub(super) async fn close(self) {
         for b in self.brokers.iter().flatten() {
             b.close_all().await;
         }
     }
 }
 
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+pub(super) async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !cond() {
         assert!(
@@ -193,7 +193,7 @@ async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 /// The node that leads partition `p` of `topic`, as `on` sees it.
-fn leader_of(on: &Broker, topic: &str, p: i32) -> Option<u64> {
+pub(super) fn leader_of(on: &Broker, topic: &str, p: i32) -> Option<u64> {
     let t = on.topic(topic)?;
     let tp = t.partitions.get(p as usize)?;
     on.cluster

@@ -116,7 +116,7 @@ fn produce_path(f: &mut Families) {
 
 fn counters(f: &mut Families) {
     let c = &metrics().counters;
-    let counters: [(&'static str, &'static str, &AtomicU64); 18] = [
+    let counters: [(&'static str, &'static str, &AtomicU64); 19] = [
         (
             "produce_bytes",
             "Record batch bytes in Produce requests",
@@ -181,6 +181,11 @@ fn counters(f: &mut Families) {
             "peer_losses",
             "Broken connections to a peer; the followers of its groups campaign at once",
             &c.peer_losses,
+        ),
+        (
+            "leader_lease_losses",
+            "Times a leader here lost its lease (no majority answered within it); it stopped naming itself leader",
+            &c.leader_lease_losses,
         ),
         (
             "metadata_election_waits",

@@ -8,13 +8,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+};
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::task::JoinSet;
 
+use super::leader_hint::{self, NamedLeaders};
+use super::metadata::broker_id;
+use super::wire_str;
 use crate::broker::Broker;
 use crate::metrics::{Metrics, metrics};
 use crate::topics::{Topic, replica};
+
+/// The first Fetch version whose answers carry KIP-951's leader hints
+/// (`node_endpoints`; `current_leader` exists from v12, for KRaft's own
+/// fetches, and Kafka fills it for clients from v16 on, as here).
+const KIP_951_FETCH: i16 = 16;
 
 /// Longest long-poll honoured, whatever the client asks.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -50,6 +60,7 @@ fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchRespons
     let mut budget = usize::try_from(req.max_bytes).unwrap_or(0);
     let mut total = 0usize;
     let mut any_error = false;
+    let mut named = NamedLeaders::default();
     for ft in &req.topics {
         let topic = resolve(broker, &ft.topic, ft.topic_id, version);
         let mut out = FetchableTopicResponse::default();
@@ -67,6 +78,16 @@ fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchRespons
                     pd.error_code = e.kafka_code();
                     pd.high_watermark = -1;
                     any_error = true;
+                    if version >= KIP_951_FETCH && leader_hint::fetch_wants_hint(&e) {
+                        let hint =
+                            leader_hint::current_leader(broker, topic.as_deref(), fp.partition);
+                        if let Some((leader, epoch)) = hint {
+                            named.add(leader);
+                            pd.current_leader = LeaderIdAndEpoch::default()
+                                .with_leader_id(broker_id(leader))
+                                .with_leader_epoch(epoch);
+                        }
+                    }
                     out.partitions.push(pd);
                     continue;
                 }
@@ -106,6 +127,16 @@ fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchRespons
         }
         resp.responses.push(out);
     }
+    resp.node_endpoints = named
+        .members(broker)
+        .into_iter()
+        .map(|m| {
+            NodeEndpoint::default()
+                .with_node_id(broker_id(m.id))
+                .with_host(wire_str(&m.host))
+                .with_port(m.port)
+        })
+        .collect();
     (resp, total, any_error)
 }
 

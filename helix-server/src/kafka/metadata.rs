@@ -15,9 +15,10 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 
 use super::{wire_str, wire_topic};
 use crate::broker::Broker;
-use crate::error::{HelixError, NONE};
+use crate::error::{HelixError, NONE, code};
 use crate::partition::term_epoch;
 use crate::topics::Topic;
+use kafka_protocol::error::ResponseError;
 
 pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
@@ -117,9 +118,6 @@ pub fn broker_id(node: helix_raft::NodeId) -> BrokerId {
     BrokerId(i32::try_from(node.0).unwrap_or(-1))
 }
 
-/// LEADER_NOT_AVAILABLE: a partition whose leader is unknown or down.
-const LEADER_NOT_AVAILABLE: i16 = 5;
-
 fn topic_entry(broker: &Broker, t: &Topic) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
     out.error_code = NONE;
@@ -147,7 +145,9 @@ fn topic_entry(broker: &Broker, t: &Topic) -> MetadataResponseTopic {
                     m.isr_nodes = isr.into_iter().map(broker_id).collect();
                 }
                 None => {
-                    m.error_code = LEADER_NOT_AVAILABLE;
+                    // Unknown, down, or this node leading without its
+                    // lease (cut off while the majority elects).
+                    m.error_code = code(ResponseError::LeaderNotAvailable);
                     m.leader_id = BrokerId(-1);
                     // The term this replica last saw: a client that already
                     // knows a newer leader (a higher epoch) ignores this

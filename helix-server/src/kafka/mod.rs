@@ -9,6 +9,7 @@ pub mod connection;
 pub mod dispatch;
 pub mod fetch;
 pub mod frame;
+pub mod leader_hint;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offset_commit;

@@ -11,12 +11,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{
     InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
 };
 use tokio::sync::oneshot;
 
+use super::leader_hint::{self, NamedLeaders};
+use super::metadata::broker_id;
 use super::wire_str;
 use crate::batcher::{PendingProduce, ProduceOutcome};
 use crate::broker::Broker;
@@ -46,6 +50,10 @@ fn one_batch(
     }
     Ok(batches)
 }
+
+/// The first Produce version whose answers carry KIP-951's leader hints
+/// (`current_leader`, `node_endpoints`).
+const KIP_951_PRODUCE: i16 = 10;
 
 /// `log_append_time_ms` of a topic whose records keep the producer's time.
 const NO_APPEND_TIME: i64 = -1;
@@ -173,13 +181,14 @@ pub async fn enqueue(
             };
             slots.push((pd.index, slot, append_time));
         }
-        topics.push((td.name, td.topic_id, slots));
+        topics.push((td.name, td.topic_id, topic, slots));
     }
+    let broker = Arc::clone(broker);
     async move {
         if acks == 0 {
             // Nobody reads an acks=0 answer: as Kafka does, a failed
             // partition closes the connection so the client notices.
-            for (_, _, slots) in &topics {
+            for (_, _, _, slots) in &topics {
                 for (index, slot, _) in slots {
                     if let Slot::Done(Err(e)) = slot {
                         return Err(HelixError::InvalidRequest(format!(
@@ -194,7 +203,8 @@ pub async fn enqueue(
         let mut resp = ProduceResponse::default();
         // Throttle mode: the read loop mutes this connection about as long.
         resp.throttle_time_ms = throttle_time_ms;
-        for (name, topic_id, slots) in topics {
+        let mut named = NamedLeaders::default();
+        for (name, topic_id, topic, slots) in topics {
             let mut t = TopicProduceResponse::default();
             t.name = name;
             t.topic_id = topic_id;
@@ -229,12 +239,32 @@ pub async fn enqueue(
                     Err(e) => {
                         r.error_code = e.kafka_code();
                         r.error_message = Some(wire_str(&e.message()));
+                        if version >= KIP_951_PRODUCE && leader_hint::produce_wants_hint(&e) {
+                            let hint =
+                                leader_hint::current_leader(&broker, topic.as_deref(), index);
+                            if let Some((leader, epoch)) = hint {
+                                named.add(leader);
+                                r.current_leader = LeaderIdAndEpoch::default()
+                                    .with_leader_id(broker_id(leader))
+                                    .with_leader_epoch(epoch);
+                            }
+                        }
                     }
                 }
                 t.partition_responses.push(r);
             }
             resp.responses.push(t);
         }
+        resp.node_endpoints = named
+            .members(&broker)
+            .into_iter()
+            .map(|m| {
+                NodeEndpoint::default()
+                    .with_node_id(broker_id(m.id))
+                    .with_host(wire_str(&m.host))
+                    .with_port(m.port)
+            })
+            .collect();
         Ok(Some(resp))
     }
 }

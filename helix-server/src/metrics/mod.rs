@@ -112,6 +112,10 @@ pub struct Counters {
     pub peer_losses: AtomicU64,
     /// Metadata answers that waited for an election under way (ADR 0017).
     pub metadata_election_waits: AtomicU64,
+    /// Times a replica leading here lost its lease: no majority of its
+    /// group answered within the lease, or their connections broke (ADR
+    /// 0019). It stops naming itself leader and serving until one does.
+    pub leader_lease_losses: AtomicU64,
     /// Raft entries streamed from a leader's WAL to catch a follower up.
     pub catch_up_entries: AtomicU64,
     /// Fetch responses encoded by copying records because their splice

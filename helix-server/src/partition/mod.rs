@@ -94,6 +94,52 @@ pub struct Published {
     /// Set when a read found stored bytes that fail their checks (ADR
     /// 0001): the replica takes no more writes.
     pub damaged: std::sync::OnceLock<String>,
+    /// Until when this replica leads with a majority's answers within the
+    /// lease (`RaftGroup::lease_ticks_left`, ADR 0019), on
+    /// [`lease_clock`]: 0 when not leading, `u64::MAX` for a one-voter
+    /// group. The shard sets it at every tick and message as a deadline
+    /// on the host's clock, so a lease also runs out while the shard does
+    /// not tick (a paused process, a stalled round). A leader without it
+    /// may be cut off while the others elect: it names no leader and
+    /// serves no reads or writes.
+    pub lease_until: std::sync::atomic::AtomicU64,
+}
+
+impl Published {
+    /// Publishes the lease as ending `ticks_left` ticks of `tick` from now
+    /// (0: not held; `u32::MAX`: always); true when whether it is held
+    /// changed.
+    pub fn publish_lease(&self, ticks_left: u32, tick: std::time::Duration) -> bool {
+        let now = lease_clock();
+        let until = match ticks_left {
+            0 => 0,
+            u32::MAX => u64::MAX,
+            n => {
+                let tick = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX);
+                now.saturating_add(tick.saturating_mul(u64::from(n)))
+            }
+        };
+        let before = self
+            .lease_until
+            .swap(until, std::sync::atomic::Ordering::AcqRel);
+        (before > now) != (until > now)
+    }
+
+    /// Whether the lease published last has not run out.
+    pub fn holds_lease(&self) -> bool {
+        lease_clock() < self.lease_until.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// The clock of leases: nanoseconds since this process first asked.
+pub fn lease_clock() -> u64 {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    u64::try_from(
+        BASE.get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos(),
+    )
+    .unwrap_or(u64::MAX)
 }
 
 /// A recovered replica, not yet handed to a shard.
@@ -227,6 +273,7 @@ pub fn recover(
         isr: Mutex::new(Vec::new()),
         caught_up: std::sync::atomic::AtomicBool::new(false),
         damaged: std::sync::OnceLock::new(),
+        lease_until: std::sync::atomic::AtomicU64::new(0),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
     let state = PartitionState::new(
@@ -306,6 +353,19 @@ impl Partition {
         *self.published.leadership.borrow()
     }
 
+    /// Whether this replica leads and holds its lease: a majority of its
+    /// group answered within the lease, so it is not cut off (ADR 0019).
+    /// Only then does this node name itself leader or serve as one.
+    pub fn holds_lease(&self) -> bool {
+        self.published.holds_lease()
+    }
+
+    /// What the shard publishes for this replica (it keeps the lease
+    /// current).
+    pub(crate) fn published(&self) -> Arc<Published> {
+        self.published.clone()
+    }
+
     /// A receiver that changes whenever role, term or leader change.
     pub fn watch_leadership(&self) -> watch::Receiver<Leadership> {
         self.published.leadership.subscribe()
@@ -332,12 +392,14 @@ impl Partition {
             .unwrap_or_default()
     }
 
-    /// Serves reads and writes only as the leader; `current_leader_epoch`
-    /// (KIP-320, -1 when the client sends none) is checked against the
-    /// leader epoch as Kafka does.
+    /// Serves reads and writes only as the leader, and only while it holds
+    /// its lease (a leader cut off from its majority refuses at once, not
+    /// after check-quorum steps it down); `current_leader_epoch` (KIP-320,
+    /// -1 when the client sends none) is checked against the leader epoch
+    /// as Kafka does.
     pub fn check_leader(&self, current_leader_epoch: i32) -> Result<()> {
         let l = self.leadership();
-        if l.role != Role::Leader || !l.serving {
+        if l.role != Role::Leader || !l.serving || !self.holds_lease() {
             return Err(HelixError::NotLeader);
         }
         let epoch = term_epoch(l.term);

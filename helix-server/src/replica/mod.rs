@@ -122,6 +122,7 @@ impl ReplicaHost {
                 isr_lag_ticks,
                 changes: changes.clone(),
                 balance_every,
+                tick: settings.tick,
             };
             let shard = Shard::new(i, cx, tx.clone());
             let thread = std::thread::Builder::new()
@@ -164,6 +165,7 @@ impl ReplicaHost {
             .send(ShardInput::Install {
                 group: Box::new(group),
                 state: Box::new(state),
+                published: partition.published(),
                 reply,
             })
             .await

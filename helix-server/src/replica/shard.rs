@@ -21,6 +21,7 @@ use super::syncer::Syncer;
 use super::{Lane, Outbox};
 use crate::batcher::Work;
 use crate::error::{HelixError, Result};
+use crate::partition::Published;
 use crate::partition::raft::HardStateFile;
 use crate::partition::state::PartitionState;
 
@@ -36,6 +37,8 @@ pub enum ShardInput {
     Install {
         group: Box<RaftGroup>,
         state: Box<PartitionState>,
+        /// Where the shard publishes the replica's leader lease.
+        published: Arc<Published>,
         reply: oneshot::Sender<Result<()>>,
     },
     Work(GroupId, Work),
@@ -56,6 +59,8 @@ pub struct Shard {
     index: usize,
     multi: MultiRaft,
     states: HashMap<GroupId, PartitionState>,
+    /// Each group's published view, for its leader lease.
+    published: HashMap<GroupId, Arc<Published>>,
     outbox: Arc<dyn Outbox>,
     syncer: Syncer,
     /// This shard's own queue, for the syncer's answers.
@@ -93,6 +98,9 @@ pub struct Shard {
     /// left alone for [`HANDBACK_RETRY_ROUNDS`] balancing intervals.
     handbacks: HashMap<GroupId, (helix_raft::Term, u64)>,
     tick_pending: Arc<AtomicBool>,
+    /// Length of a tick: leases are published as deadlines on the host's
+    /// clock.
+    tick: std::time::Duration,
 }
 
 /// Leader balancing hands back at most this many groups per shard at a
@@ -116,6 +124,8 @@ pub struct ShardContext {
     /// Set by the timer when it queues a tick, cleared when the tick is
     /// taken (at most one tick queued).
     pub tick_pending: Arc<AtomicBool>,
+    /// Length of a tick.
+    pub tick: std::time::Duration,
 }
 
 impl Shard {
@@ -124,6 +134,7 @@ impl Shard {
             index,
             multi: MultiRaft::new(cx.node),
             states: HashMap::new(),
+            published: HashMap::new(),
             outbox: cx.outbox,
             syncer: cx.syncer,
             me,
@@ -141,6 +152,7 @@ impl Shard {
             balancing: false,
             handbacks: HashMap::new(),
             tick_pending: cx.tick_pending,
+            tick: cx.tick,
         }
     }
 
@@ -208,6 +220,7 @@ impl Shard {
             ShardInput::Install {
                 group,
                 state,
+                published,
                 reply,
             } => {
                 let id = group.group();
@@ -216,9 +229,11 @@ impl Shard {
                 // group is leader already, and a produce sent right after
                 // must find it so.
                 state.leadership(&group);
+                published.publish_lease(group.lease_ticks_left(), self.tick);
                 let result = self.multi.insert_group(*group).map_err(HelixError::from);
                 if result.is_ok() {
                     self.states.insert(id, state);
+                    self.published.insert(id, published);
                     self.touched.insert(id);
                 }
                 let _ = reply.send(result);
@@ -416,7 +431,19 @@ impl Shard {
             else {
                 continue;
             };
-            if let Some(now) = state.leadership(group) {
+            // A lease that ends is withdrawn before, one that begins is
+            // published after, the role: readers never see a lease held
+            // by a replica that no longer leads.
+            let left = group.lease_ticks_left();
+            let lease = (self.published.get(&id), self.tick, &*self.changes);
+            if left == 0 {
+                publish_lease(lease, id, left, group);
+            }
+            let changed = state.leadership(group);
+            if left > 0 {
+                publish_lease(lease, id, left, group);
+            }
+            if let Some(now) = changed {
                 let s = group.status();
                 tracing::info!(
                     group = id.0,
@@ -545,6 +572,9 @@ impl Shard {
     fn remove(&mut self, id: GroupId) {
         self.multi.remove_group(id);
         self.states.remove(&id);
+        if let Some(p) = self.published.remove(&id) {
+            p.publish_lease(0, self.tick);
+        }
         self.awaiting_sync.remove(&id);
         if let Some(r) = &mut self.in_round {
             r.remove(&id);
@@ -562,4 +592,37 @@ fn keep(mut batch: MessageBatch, failed: &[GroupId]) -> MessageBatch {
         batch.messages.retain(|m| !failed.contains(&m.group));
     }
     batch
+}
+
+/// Where a lease is published: the replica's view, the tick length, the
+/// gossip's change counter.
+type LeaseSink<'a> = (
+    Option<&'a Arc<Published>>,
+    std::time::Duration,
+    &'a AtomicU64,
+);
+
+/// Publishes `group`'s leader lease (`ticks_left` ticks of the tick length
+/// from now, a deadline on the host's clock); a change of whether it is
+/// held is gossiped at once (a leader's report claims the lease), and a
+/// lease a leader loses is logged and counted.
+fn publish_lease(
+    (published, tick, changes): LeaseSink<'_>,
+    id: GroupId,
+    ticks_left: u32,
+    group: &RaftGroup,
+) {
+    let held = ticks_left > 0;
+    if !published.is_some_and(|p| p.publish_lease(ticks_left, tick)) {
+        return;
+    }
+    changes.fetch_add(1, Ordering::Relaxed);
+    if !held && group.role() == helix_raft::Role::Leader {
+        tracing::info!(
+            group = id.0,
+            term = group.term().0,
+            "leader lease lost: no majority answered within the lease; not naming itself leader"
+        );
+        crate::metrics::Metrics::count(&crate::metrics::metrics().counters.leader_lease_losses, 1);
+    }
 }
