@@ -17,6 +17,7 @@ import harness
 import kwire
 
 from .history import INFO, OK, History
+from .workload import LOG
 
 READ_TIMEOUT_S = 120.0
 SETTLE_TIMEOUT_S = 60.0
@@ -24,7 +25,7 @@ SETTLE_TIMEOUT_S = 60.0
 
 def final_read(bootstrap: str, topic: str, partitions: int, history: History,
                timeout_s: float = READ_TIMEOUT_S) -> None:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"final-{uuid.uuid4().hex[:8]}",
+    c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"final-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "auto.offset.reset": "error",
                   "enable.partition.eof": True})
     try:

@@ -31,6 +31,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from .history import INFO, INVOKE, OK, History
+from .workload import LOG
 
 NODE_FAULTS = ("kill", "kill-minority", "kill-all", "pause", "restart", "wipe", "truncate")
 NET_FAULTS = ("partition", "isolate-leader", "one-way", "bridge")
@@ -168,7 +169,8 @@ class Nemesis:
             if not n.alive() or n.id in self.paused:
                 continue
             try:
-                md = AdminClient({"bootstrap.servers": n.bootstrap}).list_topics(topic=self.topic, timeout=3)
+                admin = AdminClient({"logger": LOG, "bootstrap.servers": n.bootstrap})
+                md = admin.list_topics(topic=self.topic, timeout=3)
                 leader = md.topics[self.topic].partitions[partition].leader
                 if leader > 0:
                     return leader
@@ -245,7 +247,7 @@ class Nemesis:
         the high watermark; recorded as a ``trim`` with its offset."""
         bootstrap = self.cluster.live_bootstrap()
         from confluent_kafka import Consumer
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "nemesis-trim"})
+        c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": "nemesis-trim"})
         try:
             low, high = c.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=5)
         finally:
@@ -255,7 +257,7 @@ class Nemesis:
             return None
         inv = self.history.add("nemesis", INVOKE, "delete-records", None, partition=partition, offset=offset)
         try:
-            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin = AdminClient({"logger": LOG, "bootstrap.servers": bootstrap})
             futures = admin.delete_records(
                 [TopicPartition(self.topic, partition, offset)], request_timeout=10)
             for f in futures.values():

@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from cluster_harness import HelixCluster  # noqa: E402
 from jepsen import checker, final, nemesis  # noqa: E402
 from jepsen.history import History, around, format_ops  # noqa: E402
-from jepsen.workload import AssignConsumer, GroupConsumer, IdempotentProducer, group_name  # noqa: E402
+from jepsen.workload import LOG, AssignConsumer, GroupConsumer, IdempotentProducer, group_name  # noqa: E402
 
 FAST = ["--replica-lag-time-max-ms", "3000", "--leader-imbalance-check-interval-ms", "2000",
         "--group-initial-rebalance-delay-ms", "0"]
@@ -67,7 +67,7 @@ def wait_ready(cluster: HelixCluster, topic: str, partitions: int, timeout_s: fl
     while time.monotonic() < deadline:
         for n in cluster.nodes:
             try:
-                md = AdminClient({"bootstrap.servers": n.bootstrap}).list_topics(topic=topic, timeout=3)
+                md = AdminClient({"logger": LOG, "bootstrap.servers": n.bootstrap}).list_topics(topic=topic, timeout=3)
                 t = md.topics.get(topic)
                 view = {p: (m.leader, sorted(m.isrs)) for p, m in t.partitions.items()} if t and not t.error else None
             except Exception:
@@ -87,12 +87,19 @@ def run(opts: Options) -> dict:
     cluster = HelixCluster(workdir, opts.nodes, args=FAST + opts.server_args, proxies=True)
     errors: list[str] = []
     clients: list = []
+    phases: dict[str, float] = {}
+    t0 = time.monotonic()
+
+    def phase(name: str) -> None:
+        phases[name] = round(time.monotonic() - t0 - sum(phases.values()), 1)
+
     try:
         cluster.start()
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin = AdminClient({"logger": LOG, "bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic(topic, num_partitions=opts.partitions, replication_factor=3)],
                             operation_timeout=30)[topic].result(timeout=30)
         wait_ready(cluster, topic, opts.partitions)
+        phase("start")
         rng = random.Random(opts.seed)
         group = group_name()
         max_records = int(opts.rate * opts.duration_s) + 1
@@ -123,12 +130,15 @@ def run(opts: Options) -> dict:
         stopping.set()
         nt.join(timeout=120)
         errors += [f"nemesis: {e!r}" for e in nem_error]
+        phase("faults")
         nem.heal_all()
         wait_ready(cluster, topic, opts.partitions, timeout_s=120)
+        phase("heal")
         for p in producers:
             p.stop()
         for p in producers:
             p.join(timeout=p.flush_timeout_s + 30)
+        phase("flush")
         ends = {p: hw for p, (_, hw) in _watermarks(cluster, topic, opts.partitions).items()}
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while time.monotonic() < deadline and not all(c.caught_up(ends) for c in consumers if c.is_alive()):
@@ -138,13 +148,17 @@ def run(opts: Options) -> dict:
         for c in clients:
             c.join(timeout=60)
         errors += [f"{c.name}: {c.error!r}" for c in clients if c.error is not None]
+        phase("drain")
         final.final_read(cluster.bootstrap, topic, opts.partitions, history)
+        phase("final-read")
         settle = final.await_replicas_settled(cluster, topic, opts.partitions)
+        phase("settle")
         if not settle["settled"]:
             errors.append(f"replicas never settled: {settle['view']}")
             (workdir / "unsettled-metrics.json").write_text(json.dumps(settle, indent=1))
         cluster.stop()
         final.compare_replicas(cluster.stored_logs(), history)
+        phase("stop-compare")
     except BaseException as e:
         errors.append(f"run: {e!r}")
     finally:
@@ -153,13 +167,13 @@ def run(opts: Options) -> dict:
         cluster.stop()
     result = checker.check(history.ops)
     return {"seed": opts.seed, "nodes": opts.nodes, "duration_s": opts.duration_s, "faults": opts.faults,
-            "workdir": str(workdir), "schedule": [s.describe() for s in steps], "errors": errors,
+            "workdir": str(workdir), "phases_s": phases, "schedule": [s.describe() for s in steps], "errors": errors,
             "check": result.to_json(), "_history": history, "_result": result}
 
 
 def _watermarks(cluster: HelixCluster, topic: str, partitions: int) -> dict:
     from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "jepsen-marks"})
+    c = Consumer({"logger": LOG, "bootstrap.servers": cluster.bootstrap, "group.id": "jepsen-marks"})
     try:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(partitions)}
     finally:
@@ -179,6 +193,7 @@ def summary(report: dict) -> str:
         lines.append(f"{name + tag:<32} {check['counts'][name]}")
     lines.append("longest unavailability per partition: " + ", ".join(
         f"p{p} {u['longest_s']}s (from {u['from_s']}s)" for p, u in check["unavailability_s"].items()))
+    lines.append("phases (s): " + ", ".join(f"{k} {v}" for k, v in report["phases_s"].items()))
     for e in report["errors"]:
         lines.append(f"ERROR {e}")
     lines.append("VALID" if check["valid"] and not report["errors"] else "INVALID")

@@ -201,6 +201,9 @@ class GroupConsumer(PollingConsumer):
     """Subscribes with a group and commits after every poll (synchronously,
     the offsets after what it read). Assignment changes are recorded."""
 
+    # group -> partition -> highest acknowledged commit (shared by members)
+    committed: dict[str, dict[int, int]] = {}
+
     def __init__(self, idx: int, *args):
         super().__init__(f"group-{idx}", *args)
 
@@ -218,6 +221,12 @@ class GroupConsumer(PollingConsumer):
                                 on_revoke=self._on_change("revoked"), on_lost=self._on_change("lost"))
         self.history.add(self.proc, OK, "subscribe", self.topic, partitions=None, group=self.group)
 
+    def caught_up(self, ends: dict[int, int]) -> bool:
+        """The group has committed every partition's end (members share
+        the partitions out, so this is the group's progress, not its own)."""
+        done = GroupConsumer.committed.get(self.group, {})
+        return all(done.get(p, 0) >= end for p, end in ends.items())
+
     def after_poll(self, records) -> None:
         if not records:
             return
@@ -232,6 +241,9 @@ class GroupConsumer(PollingConsumer):
             self.history.complete(inv, INFO, error=str(e))
             return
         ok = {str(tp.partition): tp.offset for tp in done if tp.error is None}
+        mine = GroupConsumer.committed.setdefault(self.group, {})
+        for p, o in ok.items():
+            mine[int(p)] = max(mine.get(int(p), 0), o)
         if ok:
             self.history.complete(inv, OK, ok)
         if len(ok) < len(offsets):
