@@ -49,6 +49,9 @@ def run_and_check(tmp_path, seed: int, nodes: int, faults: list[str], seconds: f
               f"--duration {seconds}s --faults {','.join(faults)}")
     assert not report["errors"], f"{replay}\n{text}"
     assert report["check"]["valid"], f"{replay}\n{text}\n{jepsen.violations(report)}"
+    # Not a Jepsen anomaly, but a correct broker never desynchronises an
+    # idempotent producer (issue 29 item 1 shows this way first).
+    assert report["check"]["counts"]["producer-fatal"] == 0, f"{replay}\n{text}\n{jepsen.violations(report)}"
     assert report["check"]["stats"]["acknowledged"] > 0, f"{replay}: nothing was acknowledged\n{text}"
     return report
 

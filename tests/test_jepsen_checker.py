@@ -125,6 +125,13 @@ def test_unseen_acknowledged_but_never_polled():
     assert r.valid  # informational, as in Jepsen
 
 
+def test_producer_fatal_is_counted_as_information():
+    s = clean_story()
+    s.h.add("producer-0", INFO, "fatal", "OUT_OF_ORDER_SEQUENCE_NUMBER")
+    r = s.check()
+    assert r.counts["producer-fatal"] == 1 and r.valid
+
+
 def test_nonmonotonic_send_offsets_go_backwards_in_send_order():
     s = Story()
     s.send("producer-0", 0, "a", 5)
@@ -204,6 +211,7 @@ def test_the_schedule_is_a_function_of_the_seed():
     assert a != nemesis.schedule(8, 60, 3, list(nemesis.ALL_FAULTS), 4)
     assert all(s.at_s < 60 for s in a) and len(a) >= 3
     assert all(s.hold_s > nemesis.ELECTION_TIMEOUT_S for s in a if "pause" in s.kinds)
+    assert all(s.kinds == ["disk-loss-election"] for s in a if "disk-loss-election" in s.kinds)
     only = nemesis.schedule(7, 60, 5, ["kill-minority"], 4)
     assert all(len(s.params["kill-minority"]["nodes"]) == 2 for s in only)
 

@@ -11,6 +11,9 @@ read (consumer polls and the final read) say sits at each offset. From it:
   value the final read does not hold.
 - ``unseen`` (informational, as in Jepsen): acknowledged, never returned by
   any consumer poll before the final read.
+- ``producer-fatal`` (informational): an idempotent producer got a fatal
+  error (OUT_OF_ORDER_SEQUENCE_NUMBER, ...) and was replaced; with a correct
+  broker its sequence state never desynchronises.
 - ``nonmonotonic-send``: one producer's acknowledged offsets for a
   partition do not increase in the order it sent them.
 - ``nonmonotonic-poll``: a consumer's successive reads of a partition go
@@ -40,7 +43,7 @@ from .history import FAIL, INFO, INVOKE, OK
 ANOMALIES = ("lost-write", "duplicate", "inconsistent-offsets", "nonmonotonic-send",
              "nonmonotonic-poll", "poll-skip", "commit-backwards", "aborted-read",
              "final-read-incomplete", "replica-divergence")
-INFORMATIONAL = ("unseen",)
+INFORMATIONAL = ("unseen", "producer-fatal")
 RESETS = ("assign", "subscribe", "rebalance")
 # How many examples of each anomaly a result keeps (the counts are exact).
 MAX_CASES = 50
@@ -118,6 +121,8 @@ def check(ops: list[dict]) -> Result:
     _poll_order(ops, log, trims, r)
     _commits(ops, r)
     for op in ops:
+        if op["f"] == "fatal":
+            r.add("producer-fatal", None, process=op["process"], error=op["value"], index=op["index"])
         if op["f"] == "replicas" and not op["value"]["identical"]:
             r.add("replica-divergence", op["partition"], detail=op["value"], index=op["index"])
     r.unavailability = unavailability(ops)

@@ -5,7 +5,13 @@ heal), ``kill-minority``, ``kill-all``, ``pause`` (SIGSTOP, longer than the
 election timeout, then SIGCONT; the node is the leader of a partition or any
 node), ``restart`` (SIGTERM, started again at heal), ``wipe`` (kill -9, its
 data directory deleted: a replaced disk) and ``truncate`` (kill -9, the
-unsynced tail of its WAL lost: ``lost_page_cache``); network faults through
+unsynced tail of its WAL lost: ``lost_page_cache``); ``disk-loss-election``,
+issue 29 item 2's sequence with one more failure: a partition's follower C
+cut off while leader L and follower A acknowledge, then L and A killed, A's
+disk wiped or its tail lost, C's links healed and A started (C and A may
+elect), L started last; ``lose-snapshot`` (kill -9, every partition's
+producer-state snapshot ``derived-state.json`` deleted: it is not fsynced,
+issue 29 item 1); network faults through
 the harness's per-link proxies ``partition`` (a minority cut off from the
 majority, both directions), ``isolate-leader`` (every link of a
 partition's leader), ``one-way`` (only the links from one side to the
@@ -33,7 +39,8 @@ from confluent_kafka.admin import AdminClient
 from .history import INFO, INVOKE, OK, History
 from .workload import LOG
 
-NODE_FAULTS = ("kill", "kill-minority", "kill-all", "pause", "restart", "wipe", "truncate")
+NODE_FAULTS = ("kill", "kill-minority", "kill-all", "pause", "restart", "wipe", "truncate",
+               "lose-snapshot", "disk-loss-election")
 NET_FAULTS = ("partition", "isolate-leader", "one-way", "bridge")
 ALL_FAULTS = NODE_FAULTS + NET_FAULTS + ("trim",)
 # Safe on today's binary: the lost-page-cache faults wait for issue 29 item
@@ -62,7 +69,8 @@ class Step:
 def schedule(seed: int, duration_s: float, nodes: int, faults: list[str], partitions: int) -> list[Step]:
     """The whole plan, a function of its arguments only (replayable)."""
     rng = random.Random(seed)
-    node_kinds = [k for k in faults if k in NODE_FAULTS]
+    # disk-loss-election is a combination already: never combined further.
+    node_kinds = [k for k in faults if k in NODE_FAULTS and k != "disk-loss-election"]
     net_kinds = [k for k in faults if k in NET_FAULTS]
     ids = list(range(1, nodes + 1))
     minority = (nodes - 1) // 2
@@ -70,14 +78,14 @@ def schedule(seed: int, duration_s: float, nodes: int, faults: list[str], partit
     t = rng.uniform(2.0, 4.0)
     while t < duration_s - 3.0 and faults:
         kinds = [rng.choice(faults)]
-        if kinds[0] in NODE_FAULTS and net_kinds and rng.random() < 0.3:
+        if kinds[0] in node_kinds and net_kinds and rng.random() < 0.3:
             kinds.append(rng.choice(net_kinds))
         elif kinds[0] in NET_FAULTS and node_kinds and rng.random() < 0.3:
             kinds.append(rng.choice(node_kinds))
         hold = rng.uniform(1.5 * ELECTION_TIMEOUT_S, 6.0)
         params: dict = {}
         for kind in kinds:
-            if kind in ("kill", "restart", "wipe", "truncate"):
+            if kind in ("kill", "restart", "wipe", "truncate", "lose-snapshot"):
                 params[kind] = {"node": rng.choice(ids)}
             elif kind == "kill-minority":
                 params[kind] = {"nodes": sorted(rng.sample(ids, minority))}
@@ -95,8 +103,14 @@ def schedule(seed: int, duration_s: float, nodes: int, faults: list[str], partit
                 half = (nodes - 1) // 2
                 params[kind] = {"bridge": order[0], "a": sorted(order[1:1 + half]), "b": sorted(order[1 + half:]),
                                 "mode": rng.choice(["blackhole", "refuse"])}
+            elif kind == "disk-loss-election":
+                params[kind] = {"leader_of": rng.randrange(partitions), "disk": rng.choice(["wipe", "truncate"]),
+                                "behind_s": round(rng.uniform(1.5, 4.0), 2), "seed": rng.randrange(1 << 30)}
             elif kind == "trim":
-                params[kind] = {"partition": rng.randrange(partitions), "fraction": round(rng.uniform(0.2, 0.8), 3)}
+                # Half the time up to the high watermark: every batch of
+                # every producer gone from the log (issue 29 item 1).
+                fraction = 1.0 if rng.random() < 0.5 else round(rng.uniform(0.2, 0.9), 3)
+                params[kind] = {"partition": rng.randrange(partitions), "fraction": fraction}
                 hold = 0.5
             if kind == "truncate":
                 params[kind]["seed"] = rng.randrange(1 << 30)
@@ -195,14 +209,21 @@ class Nemesis:
         c = self.cluster
         if "leader_of" in p:
             p["node"] = self.leader_of(p["leader_of"]) or 1
-        if kind in ("kill", "wipe", "truncate"):
+        if kind in ("kill", "wipe", "truncate", "lose-snapshot"):
             self._kill([p["node"]])
+            if kind == "lose-snapshot":
+                gone = sorted(c.node(p["node"]).data_dir.glob("topics/*/*/derived-state.json"))
+                for f in gone:
+                    f.unlink()
+                p["removed"] = len(gone)
             if kind == "wipe":
                 shutil.rmtree(c.node(p["node"]).data_dir, ignore_errors=True)
             if kind == "truncate":
                 p["lost"] = lost_page_cache(c.node(p["node"]).data_dir, random.Random(p["seed"]))
         elif kind == "kill-minority":
             self._kill(p["nodes"])
+        elif kind == "disk-loss-election":
+            self._disk_loss_election(p)
         elif kind == "kill-all":
             self._kill([n.id for n in c.nodes])
         elif kind == "restart":
@@ -226,6 +247,38 @@ class Nemesis:
         elif kind == "trim":
             p["offset"] = self._trim(p["partition"], p["fraction"])
         return p
+
+    def replicas_of(self, partition: int) -> list[int]:
+        for n in self.cluster.nodes:
+            if n.alive() and n.id not in self.paused:
+                try:
+                    admin = AdminClient({"logger": LOG, "bootstrap.servers": n.bootstrap})
+                    md = admin.list_topics(topic=self.topic, timeout=3)
+                    return list(md.topics[self.topic].partitions[partition].replicas)
+                except Exception:
+                    continue
+        return [n.id for n in self.cluster.nodes][:3]
+
+    def _disk_loss_election(self, p: dict) -> None:
+        """L (p["node"], the leader) and A acknowledge while C is cut off;
+        L and A die, A loses its disk, C comes back and A restarts: only L
+        (down until heal) holds the acknowledged tail. A correct cluster
+        keeps A from voting until it has caught up (issue 29 item 2)."""
+        replicas = self.replicas_of(p["leader_of"])
+        leader = p["node"] if p["node"] in replicas else replicas[0]
+        a, c = [r for r in replicas if r != leader][:2]
+        p.update(leader=leader, a=a, c=c)
+        self.cluster.isolate(c, "blackhole")
+        time.sleep(p["behind_s"])  # the fault itself: L and A acknowledge without C
+        self._kill([leader, a])
+        node_a = self.cluster.node(a)
+        if p["disk"] == "wipe":
+            shutil.rmtree(node_a.data_dir, ignore_errors=True)
+        else:
+            p["lost"] = lost_page_cache(node_a.data_dir, random.Random(p["seed"]))
+        self.cluster.heal()
+        node_a.start(wait=False)
+        self.down.discard(a)
 
     def _kill(self, ids: list[int]) -> None:
         for i in ids:

@@ -205,7 +205,7 @@ def violations(report: dict, per_anomaly: int = 3) -> str:
     around its first cases."""
     result = report["_result"]
     ops = report["_history"].ops
-    found = [n for n in checker.ANOMALIES if result.counts[n]]
+    found = [n for n in checker.ANOMALIES + ("producer-fatal",) if result.counts[n]]
     if not found:
         return ""
     out = [f"anomalies with seed={report['seed']} (replay: --seed {report['seed']} --nodes {report['nodes']} "

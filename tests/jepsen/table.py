@@ -18,7 +18,7 @@ from jepsen.checker import ANOMALIES, INFORMATIONAL  # noqa: E402
 SHORT = {"lost-write": "lost", "duplicate": "dup", "inconsistent-offsets": "incons",
          "nonmonotonic-send": "nm-send", "nonmonotonic-poll": "nm-poll", "poll-skip": "skip",
          "commit-backwards": "commit-back", "aborted-read": "aborted", "final-read-incomplete": "final-incompl",
-         "replica-divergence": "diverge", "unseen": "unseen"}
+         "replica-divergence": "diverge", "unseen": "unseen", "producer-fatal": "fatal"}
 
 
 def header() -> str:

@@ -67,6 +67,7 @@ class IdempotentProducer(Client):
         self.max_records = max_records
         self.pending: dict[int, dict] = {}
         self.fatal = 0
+        self.restarts = 0
         self.flush_timeout_s = MESSAGE_TIMEOUT_MS / 1000 + 10
 
     def _new_producer(self) -> Producer:
@@ -85,7 +86,7 @@ class IdempotentProducer(Client):
             definite = err.code() in DEFINITE and not err.fatal()
             self.history.complete(inv, FAIL if definite else INFO, error=str(err))
             if err.fatal():
-                self.fatal += 1
+                self._fatal(err)
 
     def body(self) -> None:
         producer = self._new_producer()
@@ -96,29 +97,50 @@ class IdempotentProducer(Client):
             while seq < due and not self.stopping.is_set():
                 value = f"p{self.idx}-{seq:06d}"
                 p = seq % self.partitions
+                seq += 1  # a value is never sent twice, whatever happens to it
                 inv = self.history.add(self.proc, INVOKE, "send", value, partition=p)
                 self.pending[inv["index"]] = inv
                 try:
                     producer.produce(self.topic, value=value.encode(), partition=p,
                                      on_delivery=lambda err, msg, inv=inv: self._delivered(inv, err, msg))
-                    seq += 1
                 except BufferError:
                     self.pending.pop(inv["index"])
                     self.history.complete(inv, FAIL, error="local queue full")
-                    producer.poll(0.05)
+                    self._serve(producer, 0.05)
                 except KafkaException as e:
                     self.pending.pop(inv["index"])
                     self.history.complete(inv, INFO, error=str(e))
-                    seq += 1
+                    if e.args[0].fatal():
+                        self._fatal(e.args[0])
                 if self.fatal:
                     producer = self._restart(producer)
-            producer.poll(0.01)
-        producer.flush(self.flush_timeout_s)
+            self._serve(producer, 0.01)
+            if self.fatal:
+                producer = self._restart(producer)
+        self._serve(producer, self.flush_timeout_s, flush=True)
         self._abandon()
 
+    def _serve(self, producer: Producer, timeout: float, flush: bool = False) -> None:
+        """poll() or flush(): delivery reports; a fatal error is counted
+        (the caller replaces the producer), any other is raised."""
+        try:
+            producer.flush(timeout) if flush else producer.poll(timeout)
+        except KafkaException as e:
+            if not e.args[0].fatal():
+                raise
+            self._fatal(e.args[0])
+
+    def _fatal(self, err) -> None:
+        """Recorded once per producer instance (``producer-fatal``): an
+        idempotent producer the brokers desynchronised."""
+        if not self.fatal:
+            self.history.add(self.proc, INFO, "fatal", str(err))
+        self.fatal += 1
+
     def _restart(self, producer: Producer) -> Producer:
-        """A fatal error ends this producer (its queued records are reported
-        as errors by purge); a new producer process takes its place."""
+        """A fatal error ends this producer (what it still holds is
+        reported, or abandoned as info); a new producer process, with a
+        new producer id, takes its place, as a crashed client would."""
         try:
             producer.purge()
             producer.flush(5)
@@ -126,7 +148,8 @@ class IdempotentProducer(Client):
             pass
         self._abandon()
         self.fatal = 0
-        self.proc = f"{self.proc.split('.')[0]}.{time.monotonic_ns() % 100000}"
+        self.restarts += 1
+        self.proc = f"producer-{self.idx}.{self.restarts}"
         return self._new_producer()
 
     def _abandon(self) -> None:
