@@ -11,7 +11,7 @@ import struct
 import time
 import uuid
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 import harness
 import kwire
@@ -23,13 +23,33 @@ READ_TIMEOUT_S = 120.0
 SETTLE_TIMEOUT_S = 60.0
 
 
+def watermarks(bootstrap: str, topic: str, partitions: int, history: History,
+               timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
+    """Low and high watermark of every partition, asked again (bounded)
+    while a node answers without the partition; each refusal is noted in
+    the history (``watermarks`` info: a healed cluster should not)."""
+    c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"marks-{uuid.uuid4().hex[:8]}"})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)}
+            except KafkaException as e:
+                history.add("final", INFO, "watermarks", str(e))
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        c.close()
+
+
 def final_read(bootstrap: str, topic: str, partitions: int, history: History,
                timeout_s: float = READ_TIMEOUT_S) -> None:
+    marks = watermarks(bootstrap, topic, partitions, history)
     c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"final-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "auto.offset.reset": "error",
                   "enable.partition.eof": True})
     try:
-        marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(partitions)}
         records: dict[int, list] = {p: [] for p in range(partitions)}
         nxt = {p: low for p, (low, _) in marks.items()}
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])

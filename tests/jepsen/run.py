@@ -84,7 +84,7 @@ def run(opts: Options) -> dict:
     workdir = opts.workdir or Path(tempfile.mkdtemp(prefix=f"jepsen-{opts.seed}-"))
     history = History()
     topic = f"jepsen-{opts.seed}"
-    cluster = HelixCluster(workdir, opts.nodes, args=FAST + opts.server_args, proxies=True)
+    cluster = new_cluster(workdir, opts)
     errors: list[str] = []
     clients: list = []
     phases: dict[str, float] = {}
@@ -139,7 +139,7 @@ def run(opts: Options) -> dict:
         for p in producers:
             p.join(timeout=p.flush_timeout_s + 30)
         phase("flush")
-        ends = {p: hw for p, (_, hw) in _watermarks(cluster, topic, opts.partitions).items()}
+        ends = {p: hw for p, (_, hw) in final.watermarks(cluster.bootstrap, topic, opts.partitions, history).items()}
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while time.monotonic() < deadline and not all(c.caught_up(ends) for c in consumers if c.is_alive()):
             time.sleep(0.2)
@@ -171,13 +171,17 @@ def run(opts: Options) -> dict:
             "check": result.to_json(), "_history": history, "_result": result}
 
 
-def _watermarks(cluster: HelixCluster, topic: str, partitions: int) -> dict:
-    from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"logger": LOG, "bootstrap.servers": cluster.bootstrap, "group.id": "jepsen-marks"})
-    try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(partitions)}
-    finally:
-        c.close()
+def new_cluster(workdir: Path, opts: Options) -> HelixCluster:
+    """harness.free_port() closes the port it found, so two of a node's
+    ports, or a proxy's, can come out equal: draw again (bounded)."""
+    for _ in range(10):
+        cluster = HelixCluster(workdir, opts.nodes, args=FAST + opts.server_args, proxies=True)
+        ports = [port for n in cluster.nodes for port in (n.kafka_port, n.peer_port, n.metrics_port)]
+        ports += [p.port for p in cluster.proxies.values()]
+        if len(set(ports)) == len(ports):
+            return cluster
+        cluster.stop()
+    raise RuntimeError("no distinct ports for the cluster in 10 draws")
 
 
 def summary(report: dict) -> str:
