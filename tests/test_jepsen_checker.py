@@ -11,7 +11,8 @@ import struct
 
 import pytest
 
-from jepsen import checker, nemesis
+import kwire
+from jepsen import checker, final, nemesis
 from jepsen.history import FAIL, INFO, INVOKE, OK, History
 
 
@@ -237,3 +238,24 @@ def test_lost_page_cache_cuts_the_active_segment_above_a_durable_checkpoint(tmp_
     assert len(entries) == 960  # the preallocated file keeps its size
     kept = [struct.unpack_from("<II", entries, at + 32) for at in range(0, 960, 48)]
     assert all(p + n <= size for p, n in kept if n), (kept, size)
+
+
+def batch(offset: int, value: bytes) -> bytes:
+    return kwire.record_batch([kwire.Record(key=None, value=value)], base_timestamp=0, base_offset=offset)
+
+
+def test_replicas_compare_only_the_nodes_holding_the_partition_and_from_a_common_start():
+    h = History()
+    log = batch(0, b"a") + batch(1, b"b") + batch(2, b"c")
+    trimmed = batch(1, b"b") + batch(2, b"c")  # a DeleteRecords let this one drop its first segment
+    final.compare_replicas({1: {0: log, 1: log}, 2: {0: log}, 3: {0: trimmed, 1: log}}, h)
+    assert [op["value"]["identical"] for op in h.ops] == [True, True], h.ops
+
+
+def test_replicas_that_differ_at_one_offset_diverge():
+    h = History()
+    final.compare_replicas({1: {0: batch(0, b"a") + batch(1, b"b")}, 2: {0: batch(0, b"a") + batch(1, b"X")},
+                            3: {0: batch(0, b"a")}}, h)
+    value = h.ops[0]["value"]
+    assert not value["identical"] and value["first_difference"]["3"] is None, value
+    assert checker.check(h.ops).counts["replica-divergence"] == 1
