@@ -244,24 +244,33 @@ def _commits(ops: list[dict], r: Result) -> None:
 
 
 def unavailability(ops: list[dict]) -> dict[int, dict]:
-    """Per partition: the longest stretch without an acknowledged send while
-    sends to it were being attempted (from its first to its last invocation
-    or acknowledgement), in seconds, and when it began."""
-    invoked: dict[int, list[int]] = defaultdict(list)
-    oks: dict[int, list[int]] = defaultdict(list)
+    """Per partition: the longest stretch during which sends to it were
+    outstanding and none was acknowledged (from the first outstanding
+    invocation, or the last acknowledgement, to the next acknowledgement,
+    or to the end of the history), in seconds, and when it began. Quiet
+    producers are not unavailability."""
+    events: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    end = 0
     for op in ops:
-        if op["f"] != "send":
-            continue
-        if op["type"] == INVOKE:
-            invoked[op["partition"]].append(op["time"])
-        elif op["type"] == OK:
-            oks[op["partition"]].append(op["time"])
+        end = max(end, op["time"])
+        if op["f"] == "send":
+            events[op["partition"]].append((op["time"], op["index"], op["type"]))
     out = {}
-    for p, times in sorted(invoked.items()):
-        first, last = times[0], max(times[-1], max(oks[p], default=0))
-        marks = [first] + sorted(oks[p]) + [last]
-        gap, start = max((b - a, a) for a, b in zip(marks, marks[1:]))
-        out[p] = {"longest_s": round(gap / 1e9, 3), "from_s": round(start / 1e9, 3)}
+    for p, evs in sorted(events.items()):
+        pending, since, best = 0, None, (0, 0)
+        for t, _, type_ in sorted(evs):
+            if type_ == INVOKE:
+                pending += 1
+                if since is None:
+                    since = t
+                continue
+            pending -= 1
+            if since is not None:
+                best = max(best, (t - since, since))
+            since = t if (type_ == OK and pending > 0) else (since if pending > 0 else None)
+        if since is not None:
+            best = max(best, (end - since, since))
+        out[p] = {"longest_s": round(best[0] / 1e9, 3), "from_s": round(best[1] / 1e9, 3)}
     return out
 
 

@@ -82,6 +82,8 @@ def schedule(seed: int, duration_s: float, nodes: int, faults: list[str], partit
             kinds.append(rng.choice(net_kinds))
         elif kinds[0] in NET_FAULTS and node_kinds and rng.random() < 0.3:
             kinds.append(rng.choice(node_kinds))
+        elif kinds[0] == "trim" and node_kinds and rng.random() < 0.5:
+            kinds.append(rng.choice(node_kinds))  # a restart right after the log start moved
         hold = rng.uniform(1.5 * ELECTION_TIMEOUT_S, 6.0)
         params: dict = {}
         for kind in kinds:
@@ -111,7 +113,7 @@ def schedule(seed: int, duration_s: float, nodes: int, faults: list[str], partit
                 # every producer gone from the log (issue 29 item 1).
                 fraction = 1.0 if rng.random() < 0.5 else round(rng.uniform(0.2, 0.9), 3)
                 params[kind] = {"partition": rng.randrange(partitions), "fraction": fraction}
-                hold = 0.5
+                hold = hold if len(kinds) > 1 else 0.5
             if kind == "truncate":
                 params[kind]["seed"] = rng.randrange(1 << 30)
         steps.append(Step(round(t, 2), kinds, round(hold, 2), params))

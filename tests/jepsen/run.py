@@ -104,7 +104,8 @@ def run(opts: Options) -> dict:
         group = group_name()
         max_records = int(opts.rate * opts.duration_s) + 1
         args = (cluster.bootstrap, topic, opts.partitions, history)
-        producers = [IdempotentProducer(i, *args, rate=opts.rate, max_records=max_records)
+        producers = [IdempotentProducer(i, *args, rate=opts.rate, max_records=max_records,
+                                        rng=random.Random(rng.random()))
                      for i in range(opts.producers)]
         consumers = ([AssignConsumer(i, *args, group, random.Random(rng.random()))
                       for i in range(opts.assign_consumers)]

@@ -60,10 +60,14 @@ class Client(threading.Thread):
 
 class IdempotentProducer(Client):
     def __init__(self, idx: int, bootstrap: str, topic: str, partitions: int, history: History,
-                 rate: float, max_records: int):
+                 rate: float, max_records: int, rng: random.Random | None = None):
         super().__init__(f"producer-{idx}", bootstrap, topic, partitions, history)
         self.idx = idx
         self.rate = rate
+        # Now and then the producer goes quiet for a few seconds (seeded):
+        # a producer id with nothing in the log's recent tail is what
+        # DeleteRecords and a restart can make replicas forget (item 1).
+        self.rng = rng or random.Random(idx)
         self.max_records = max_records
         self.pending: dict[int, dict] = {}
         self.fatal = 0
@@ -92,7 +96,15 @@ class IdempotentProducer(Client):
         producer = self._new_producer()
         start = time.monotonic()
         seq = 0
+        next_quiet = start + self.rng.uniform(3.0, 10.0)
         while not self.stopping.is_set() and seq < self.max_records:
+            if time.monotonic() >= next_quiet:
+                quiet = self.rng.uniform(1.0, 5.0)
+                until = time.monotonic() + quiet
+                while time.monotonic() < until and not self.stopping.is_set():
+                    self._serve(producer, 0.1)  # delivery reports still come in
+                start += quiet  # the pace resumes where it stopped
+                next_quiet = time.monotonic() + self.rng.uniform(3.0, 10.0)
             due = min(self.max_records, int((time.monotonic() - start) * self.rate) + 1)
             while seq < due and not self.stopping.is_set():
                 value = f"p{self.idx}-{seq:06d}"
