@@ -3,6 +3,9 @@ files, or the JSON lines tests/test_jepsen.py appends to
 $HELIX_JEPSEN_REPORT):
 
     python3 tests/jepsen/table.py out1.json out2.json ...
+
+Where the history (``out1.history.jsonl``) is beside a report, it is checked
+again with the current checker, so rows of older runs use today's rules.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from jepsen import checker  # noqa: E402
 from jepsen.checker import ANOMALIES, INFORMATIONAL  # noqa: E402
+from jepsen.history import History  # noqa: E402
 
 SHORT = {"lost-write": "lost", "duplicate": "dup", "inconsistent-offsets": "incons",
          "nonmonotonic-send": "nm-send", "nonmonotonic-poll": "nm-poll", "poll-skip": "skip",
@@ -36,7 +41,7 @@ def row(report: dict) -> str:
     unavail = f"{worst[1]['longest_s']} s (p{worst[0]})" if worst else "-"
     cells = [str(report["seed"]), str(report["nodes"]), f"{report['duration_s']:g} s", str(ops), faults,
              str(st["acknowledged"])]
-    cells += [str(check["counts"][n]) for n in ANOMALIES + INFORMATIONAL]
+    cells += [str(check["counts"].get(n, "-")) for n in ANOMALIES + INFORMATIONAL]
     cells += [unavail, "; ".join(e[:80] for e in report["errors"]) or "-"]
     return "| " + " | ".join(cells) + " |"
 
@@ -47,7 +52,10 @@ def main(paths: list[str]) -> None:
         text = Path(path).read_text()
         reports = [json.loads(text)] if text.lstrip().startswith("{\n") else [
             json.loads(line) for line in text.splitlines() if line.strip()]
+        history = Path(path).with_suffix(".history.jsonl")
         for report in reports:
+            if len(reports) == 1 and history.exists():
+                report["check"] = checker.check(History.load(history).ops).to_json()
             print(row(report))
 
 
