@@ -38,6 +38,9 @@ from jepsen.workload import LOG, AssignConsumer, GroupConsumer, IdempotentProduc
 FAST = ["--replica-lag-time-max-ms", "3000", "--leader-imbalance-check-interval-ms", "2000",
         "--group-initial-rebalance-delay-ms", "0"]
 DRAIN_TIMEOUT_S = 45.0
+# After the last heal, every partition must have a leader and a full ISR
+# within this (a correct cluster needs a few election timeouts).
+HEAL_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -61,22 +64,25 @@ def parse_duration(text: str) -> float:
 
 
 def wait_ready(cluster: HelixCluster, topic: str, partitions: int, timeout_s: float = 90.0) -> None:
-    """Until every partition has a leader and a full ISR (bounded)."""
+    """Until some node's Metadata shows every partition with a leader and a
+    full ISR (bounded); the error names what each node last showed."""
     deadline = time.monotonic() + timeout_s
-    view = None
+    views: dict[int, object] = {}
     while time.monotonic() < deadline:
         for n in cluster.nodes:
             try:
-                md = AdminClient({"logger": LOG, "bootstrap.servers": n.bootstrap}).list_topics(topic=topic, timeout=3)
-                t = md.topics.get(topic)
+                admin = AdminClient({"logger": LOG, "bootstrap.servers": n.bootstrap})
+                t = admin.list_topics(topic=topic, timeout=3).topics.get(topic)
                 view = {p: (m.leader, sorted(m.isrs)) for p, m in t.partitions.items()} if t and not t.error else None
-            except Exception:
-                view = None
-            if view and len(view) == partitions and all(
+            except Exception as e:
+                view = repr(e)
+            views[n.id] = view
+            if isinstance(view, dict) and len(view) == partitions and all(
                     leader > 0 and len(isr) == min(3, len(cluster.nodes)) for leader, isr in view.values()):
                 return
         time.sleep(0.3)
-    raise RuntimeError(f"{topic}: partitions never all led and in sync: {view}\n{cluster.logs()}")
+    raise RuntimeError(f"{topic}: partitions not all led and in sync after {timeout_s:g} s; "
+                       f"Metadata (leader, isr) per node: {views} (node logs under {cluster.workdir})")
 
 
 def run(opts: Options) -> dict:
@@ -133,7 +139,10 @@ def run(opts: Options) -> dict:
         errors += [f"nemesis: {e!r}" for e in nem_error]
         phase("faults")
         nem.heal_all()
-        wait_ready(cluster, topic, opts.partitions, timeout_s=120)
+        try:
+            wait_ready(cluster, topic, opts.partitions, timeout_s=HEAL_TIMEOUT_S)
+        except RuntimeError as e:  # a liveness failure: told, and the safety checks still run
+            errors.append(f"liveness: {str(e)[:3000]}")
         phase("heal")
         for p in producers:
             p.stop()
