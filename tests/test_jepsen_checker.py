@@ -13,7 +13,7 @@ import pytest
 
 import kwire
 from jepsen import checker, final, nemesis
-from jepsen.history import FAIL, INFO, INVOKE, OK, History
+from jepsen.history import FAIL, INFO, INVOKE, OK, History, around
 
 
 class Story:
@@ -260,3 +260,14 @@ def test_replicas_that_differ_at_one_offset_diverge():
     value = h.ops[0]["value"]
     assert not value["identical"] and value["first_difference"]["3"] is None, value
     assert checker.check(h.ops).counts["replica-divergence"] == 1
+
+
+def test_the_history_around_an_anomaly_is_its_partitions_and_the_nemesis():
+    s = clean_story()
+    s.h.add("nemesis", INVOKE, "kill", {"node": 2})
+    s.send("producer-1", 1, "late", 4)
+    lost = s.check().cases["lost-write"][0]
+    near = around(s.h.ops, lost["index"], lost["partition"])
+    assert near[-1]["value"] == "late" and any(op["process"] == "nemesis" for op in near)
+    assert all(op["process"] == "nemesis" or op.get("partition") == 1 or op["f"] in ("poll", "commit", "final-read")
+               for op in near), near

@@ -124,7 +124,11 @@ def check(ops: list[dict]) -> Result:
         if op["f"] == "fatal":
             r.add("producer-fatal", None, process=op["process"], error=op["value"], index=op["index"])
         if op["f"] == "replicas" and not op["value"]["identical"]:
-            r.add("replica-divergence", op["partition"], detail=op["value"], index=op["index"])
+            # Shown around the acknowledgement of the first offset that differs, if any.
+            first = [d["base_offset"] for d in (op["value"].get("first_difference") or {}).values() if d]
+            acks = log.get(op["partition"], {}).get(min(first), {}) if first else {}
+            r.add("replica-divergence", op["partition"], detail=op["value"],
+                  index=min(acks.values(), default=op["index"]))
     r.unavailability = unavailability(ops)
     r.stats = stats(ops)
     return r

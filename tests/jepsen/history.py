@@ -64,9 +64,24 @@ class History:
             return cls(json.loads(line) for line in f if line.strip())
 
 
-def around(ops: list[dict], index: int, before: int = 5, after: int = 5) -> list[dict]:
-    """The slice of history around op `index`, for an anomaly's report."""
-    return ops[max(0, index - before):index + after + 1]
+def touches(op: dict, partition: int | None) -> bool:
+    """Whether `op` concerns `partition` (the nemesis concerns everything)."""
+    if partition is None or op["process"] == "nemesis" or op.get("partition") == partition:
+        return True
+    if op["f"] == "poll":
+        return any(p == partition for p, _, _ in op["value"] or ())
+    if op["f"] == "commit":
+        return str(partition) in (op["value"] or {})
+    return False
+
+
+def around(ops: list[dict], index: int, partition: int | None = None, before: int = 5, after: int = 5,
+           window: int = 2000) -> list[dict]:
+    """The history around op `index` for an anomaly's report: the ops that
+    concern its partition (and the nemesis's), `before` and `after` it."""
+    lo = [op for op in ops[max(0, index - window):index] if touches(op, partition)][-before:]
+    hi = [op for op in ops[index + 1:index + 1 + window] if touches(op, partition)][:after]
+    return lo + [ops[index]] + hi
 
 
 def format_ops(ops: list[dict]) -> str:

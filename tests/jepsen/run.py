@@ -229,7 +229,7 @@ def violations(report: dict, per_anomaly: int = 3) -> str:
         out.append(f"== {name}: {result.counts[name]}")
         for case in result.cases[name][:per_anomaly]:
             out.append(f"  case {json.dumps({k: v for k, v in case.items() if k != 'index'})[:400]}")
-            out.append(format_ops(around(ops, case["index"])))
+            out.append(format_ops(around(ops, case["index"], case.get("partition"))))
     return "\n".join(out)
 
 
