@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -174,6 +176,9 @@ def run(opts: Options) -> dict:
     finally:
         for c in clients:
             c.stop()
+        for n in cluster.nodes:  # a node left paused by a failed run must hear SIGTERM
+            if n.alive():
+                os.kill(n.pid, signal.SIGCONT)
         cluster.stop()
     result = checker.check(history.ops)
     return {"seed": opts.seed, "nodes": opts.nodes, "duration_s": opts.duration_s, "faults": opts.faults,
