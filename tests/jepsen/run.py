@@ -238,6 +238,10 @@ def violations(report: dict, per_anomaly: int = 3) -> str:
     return "\n".join(out)
 
 
+def _interrupted(signum, _frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def quiet_librdkafka() -> None:
     """librdkafka's complaints about nodes the nemesis took down are
     expected: kept out of the summary (DEBUG to see them)."""
@@ -264,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown faults {unknown}")
     quiet_librdkafka()
+    # SIGTERM (timeout(1), a CI runner) unwinds like Ctrl-C, so the cluster
+    # is stopped in run()'s finally, never left behind.
+    signal.signal(signal.SIGTERM, _interrupted)
     seed = a.seed if a.seed is not None else random.randrange(1 << 31)
     print(f"seed={seed}", flush=True)
     report = run(Options(seed=seed, nodes=a.nodes, duration_s=parse_duration(a.duration), faults=faults,
