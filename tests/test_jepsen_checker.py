@@ -184,6 +184,12 @@ def test_final_read_incomplete_is_an_anomaly():
     assert s.check().counts["final-read-incomplete"] == 1
 
 
+def test_final_read_incomplete_when_a_partition_has_none():
+    s = Story()
+    s.send("producer-0", 2, "a", 0)
+    assert s.check().counts["final-read-incomplete"] == 1
+
+
 def test_replica_divergence():
     s = clean_story()
     s.replicas(1, False)

@@ -151,6 +151,8 @@ def _trimmed_below(trims: dict, partition: int, before_index: int | None = None)
 
 def _lost_and_unseen(ops: list[dict], acked: list[dict], trims: dict, r: Result) -> None:
     final = {op["partition"]: op for op in ops if op["f"] == "final-read"}
+    for p in sorted({op["partition"] for op in acked} - set(final)):
+        r.add("final-read-incomplete", p, detail="no final read", index=len(ops) - 1)
     for p, op in sorted(final.items()):
         if op["type"] != OK:
             r.add("final-read-incomplete", p, detail={k: v for k, v in op["value"].items() if k != "records"},

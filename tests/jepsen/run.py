@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from confluent_kafka import KafkaException  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from cluster_harness import HelixCluster  # noqa: E402
@@ -151,7 +152,12 @@ def run(opts: Options) -> dict:
         for p in producers:
             p.join(timeout=p.flush_timeout_s + 30)
         phase("flush")
-        ends = {p: hw for p, (_, hw) in final.watermarks(cluster.bootstrap, topic, opts.partitions, history).items()}
+        try:
+            ends = {p: hw for p, (_, hw) in final.watermarks(cluster.bootstrap, topic, opts.partitions,
+                                                             history).items()}
+        except KafkaException as e:  # noted in the history; the final read will say what it can
+            errors.append(f"liveness: no watermarks after healing: {e}")
+            ends = {}
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while time.monotonic() < deadline and not all(c.caught_up(ends) for c in consumers if c.is_alive()):
             time.sleep(0.2)
