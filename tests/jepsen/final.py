@@ -1,0 +1,183 @@
+"""The end of a run, after every fault is healed: a fresh consumer reads
+every partition from its log start to its high watermark (``final-read``
+ops), the replicas are awaited until each reports the same log end and high
+watermark, and once the cluster is stopped their stored bytes are compared
+(``replicas`` ops; a difference is ``replica-divergence``)."""
+
+from __future__ import annotations
+
+import re
+import struct
+import time
+import uuid
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+import harness
+import kwire
+
+from .history import INFO, OK, History
+from .workload import LOG
+
+READ_TIMEOUT_S = 120.0
+SETTLE_TIMEOUT_S = 60.0
+
+
+def watermarks(bootstrap: str, topic: str, partitions: int, history: History,
+               timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
+    """Low and high watermark of every partition, asked again (bounded)
+    while a node answers without the partition; each refusal is noted in
+    the history (``watermarks`` info: a healed cluster should not)."""
+    c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"marks-{uuid.uuid4().hex[:8]}"})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)}
+            except KafkaException as e:
+                history.add("final", INFO, "watermarks", str(e))
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        c.close()
+
+
+def final_read(bootstrap: str, topic: str, partitions: int, history: History,
+               timeout_s: float = READ_TIMEOUT_S) -> None:
+    try:
+        marks = watermarks(bootstrap, topic, partitions, history)
+    except KafkaException as e:  # nothing readable: every partition's final read is incomplete
+        for p in range(partitions):
+            history.add("final", INFO, "final-read", {"log_start": None, "high_watermark": None, "next_offset": 0,
+                                                      "records": [], "errors": [str(e)]}, partition=p)
+        return
+    c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"final-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "auto.offset.reset": "error",
+                  "enable.partition.eof": True})
+    try:
+        records: dict[int, list] = {p: [] for p in range(partitions)}
+        nxt = {p: low for p, (low, _) in marks.items()}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        deadline = time.monotonic() + timeout_s
+        errors: list[str] = []
+        while any(nxt[p] < marks[p][1] for p in nxt) and time.monotonic() < deadline:
+            for m in c.consume(num_messages=5000, timeout=1.0):
+                err = m.error()
+                if err is None:
+                    records[m.partition()].append([m.offset(), m.value().decode()])
+                    nxt[m.partition()] = m.offset() + 1
+                elif err.code() != KafkaError._PARTITION_EOF and len(errors) < 10:
+                    errors.append(str(err))
+    finally:
+        c.close()
+    for p in range(partitions):
+        low, high = marks[p]
+        done = nxt[p] >= high
+        history.add("final", OK if done else INFO, "final-read",
+                    {"log_start": low, "high_watermark": high, "next_offset": nxt[p],
+                     "records": records[p], "errors": errors}, partition=p)
+
+
+def _metric(text: str, name: str, topic: str) -> dict[int, float]:
+    pat = re.compile(r'^' + name + r'\{([^}]*)\} (\S+)$', re.M)
+    out = {}
+    for labels, value in pat.findall(text):
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if fields.get("topic") == topic:
+            out[int(fields["partition"])] = float(value)
+    return out
+
+
+def await_replicas_settled(cluster, topic: str, partitions: int, timeout_s: float = SETTLE_TIMEOUT_S) -> dict:
+    """Until every node reports, for every partition, the same log end
+    offset and a high watermark equal to it (the last commit index has
+    reached the followers). Returns the last view (bounded wait)."""
+    deadline = time.monotonic() + timeout_s
+    view: dict = {}
+    while time.monotonic() < deadline:
+        view = {}
+        try:
+            for n in cluster.nodes:
+                _, text = harness.http_get(n.metrics_port, "/metrics", timeout=5)
+                view[n.id] = (_metric(text, "helix_partition_log_end_offset", topic),
+                              _metric(text, "helix_partition_high_watermark", topic))
+        except OSError:
+            time.sleep(0.2)
+            continue
+        replicas = min(3, len(cluster.nodes))  # RF 3: with 5 nodes a partition lives on 3
+
+        def agreed(p: int) -> bool:
+            holders = [n for n in view if p in view[n][0]]
+            marks = {view[n][0][p] for n in holders} | {view[n][1].get(p) for n in holders}
+            return len(holders) >= replicas and len(marks) == 1
+        settled = all(agreed(p) for p in range(partitions))
+        if settled:
+            return {"settled": True}
+        time.sleep(0.2)
+    raw = {}
+    for n in cluster.nodes:
+        try:
+            _, text = harness.http_get(n.metrics_port, "/metrics", timeout=5)
+            raw[n.id] = [line for line in text.splitlines() if topic in line and "offset" in line or
+                         topic in line and "watermark" in line or topic in line and "leader" in line]
+        except OSError as e:
+            raw[n.id] = [repr(e)]
+    return {"settled": False, "view": {n: {"log_end": v[0], "hw": v[1]} for n, v in view.items()},
+            "metrics": raw}
+
+
+def compare_replicas(stored: dict[int, dict[int, bytes]], history: History) -> None:
+    """One ``replicas`` op per partition. Replicas are compared from the
+    highest first batch any of them holds (a DeleteRecords may let one
+    replica drop a segment another keeps); from there every batch must be
+    the same bytes and every replica must end at the same offset."""
+    for p in sorted({p for n in stored for p in stored[n]}):
+        nodes = sorted(n for n in stored if p in stored[n])  # its replicas only
+        raw = {n: stored[n][p] for n in nodes}
+        value: dict = {"bytes": {str(n): len(b) for n, b in raw.items()}}
+        if len(set(raw.values())) == 1:
+            value["identical"] = True
+        else:
+            batches = {n: _batches(raw[n]) for n in nodes}
+            start = max((min(bs) for bs in batches.values() if bs), default=0)
+            tails = {n: sorted((o, b) for o, b in bs.items() if o >= start) for n, bs in batches.items()}
+            value["identical"] = len({tuple(t) for t in tails.values()}) == 1
+            value["compared_from"] = start
+            if not value["identical"]:
+                value["first_difference"] = _first_difference(tails)
+        history.add("final", OK, "replicas", value, partition=p)
+
+
+def _batches(raw: bytes) -> dict[int, bytes]:
+    """base offset -> the whole stored batch (a torn tail is left out)."""
+    out = {}
+    pos = 0
+    while pos + 12 <= len(raw):
+        base, length = struct.unpack_from(">qi", raw, pos)
+        end = pos + 12 + length
+        if length <= 0 or end > len(raw):
+            break
+        out[base] = raw[pos:end]
+        pos = end
+    return out
+
+
+def _first_difference(tails: dict) -> dict:
+    nodes = sorted(tails)
+    for i in range(max(len(t) for t in tails.values())):
+        at = {n: tails[n][i] if i < len(tails[n]) else None for n in nodes}
+        if len({v for v in at.values()}) > 1:
+            out = {}
+            for n, v in at.items():
+                if v is None:
+                    out[str(n)] = None
+                    continue
+                info = kwire.parse_batches(v[1])
+                b = info[0] if info else None
+                out[str(n)] = {"base_offset": v[0], "bytes": len(v[1]),
+                               "records": b.record_count if b else None,
+                               "producer_id": b.producer_id if b else None,
+                               "base_sequence": b.base_sequence if b else None}
+            return out
+    return {}
