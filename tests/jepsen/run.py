@@ -200,6 +200,7 @@ def new_cluster(workdir: Path, opts: Options) -> HelixCluster:
         ports = [port for n in cluster.nodes for port in (n.kafka_port, n.peer_port, n.metrics_port)]
         ports += [p.port for p in cluster.proxies.values()]
         if len(set(ports)) == len(ports):
+            nemesis.give_boot_ids(cluster)
             return cluster
         cluster.stop()
     raise RuntimeError("no distinct ports for the cluster in 10 draws")
