@@ -14,20 +14,6 @@ fn topic_name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 
-fn create_topic(c: &mut common::Client, name: &str, partitions: i32) {
-    let mut t = create_topics_request::CreatableTopic::default();
-    t.name = topic_name(name);
-    t.num_partitions = partitions;
-    t.replication_factor = 1;
-    let mut req = CreateTopicsRequest::default();
-    req.topics = vec![t];
-    req.timeout_ms = 5000;
-    let ResponseKind::CreateTopics(resp) = c.call(ApiKey::CreateTopics, 7, req.into()) else {
-        panic!("kind")
-    };
-    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
-}
-
 fn produce(c: &mut common::Client, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
     let mut pd = produce_request::PartitionProduceData::default();
     pd.index = partition;
@@ -145,7 +131,7 @@ fn acknowledged_records_and_topics_survive_kill_9_and_offsets_continue() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = BrokerProcess::start(dir.path());
     let mut c = broker.connect();
-    create_topic(&mut c, "durable", 2);
+    common::create_topic(&mut c, "durable", 2);
     assert_eq!(
         produce(&mut c, "durable", 1, batch(&["a", "b", "c"], 1000)),
         (0, 0)
@@ -236,7 +222,7 @@ fn every_restart_is_a_new_leader_epoch_and_old_epochs_end_where_the_next_began()
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = BrokerProcess::start(dir.path());
     let mut c = broker.connect();
-    create_topic(&mut c, "epochs", 1);
+    common::create_topic(&mut c, "epochs", 1);
     let first = leader_epoch(&mut c, "epochs");
     assert_eq!(produce(&mut c, "epochs", 0, batch(&["a", "b"], 1)), (0, 0));
     let port = broker.addr.port();

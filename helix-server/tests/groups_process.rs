@@ -108,6 +108,9 @@ fn a_group_and_its_commits_survive_kill_9_and_the_member_continues() {
         (0, i32::from(port))
     );
 
+    // Kafka answers a commit for a topic it does not have
+    // UNKNOWN_TOPIC_OR_PARTITION (issue 30 item 3): the topic exists.
+    common::create_topic(&mut c, "orders", 1);
     let first = join(&mut c, "g", "", vec![("range", Bytes::from_static(b"sub"))]);
     assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
     let member = first.member_id.to_string();
@@ -165,6 +168,7 @@ fn bad_group_input_gets_its_code_and_the_broker_keeps_serving() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = BrokerProcess::start(dir.path());
     let mut c = broker.connect();
+    common::create_topic(&mut c, "orders", 1);
     let long = "g".repeat(10_000);
     assert_eq!(
         join(&mut c, &long, "", vec![("range", Bytes::new())]).error_code,

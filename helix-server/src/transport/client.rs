@@ -27,6 +27,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Stream messages waiting for HTTP/2 flow control (beyond that, the lane
 /// queue fills and drops).
 const FRAMES_IN_FLIGHT: usize = 2;
+/// A frame the stream has not taken for this long means the peer stopped
+/// reading it while its connection still answers keepalive pings (pings
+/// are the connection's, flow control is the stream's): the lane is
+/// dropped and connected again. A receiver reads every frame at once
+/// (delivery never waits), so a live stream never stalls this long.
+const STREAM_STALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub const META_FROM: &str = "x-helix-from";
 pub const META_LANE: &str = "x-helix-lane";
@@ -272,8 +278,14 @@ async fn stream(
         loop {
             let payloads = queue.take(budget).await;
             let bytes: usize = payloads.iter().map(Bytes::len).sum();
-            if tx.send(Frames { payloads }).await.is_err() {
-                return;
+            match tokio::time::timeout(STREAM_STALL_TIMEOUT, tx.send(Frames { payloads })).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Ok(()),
+                Err(_) => {
+                    return Err(format!(
+                        "the stream took no frame for {STREAM_STALL_TIMEOUT:?}: the peer stopped reading it"
+                    ));
+                }
             }
             queue.sent_frames.fetch_add(1, Ordering::Relaxed);
             queue.sent_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -281,7 +293,7 @@ async fn stream(
     };
     tokio::select! {
         r = client.stream(req) => r.map(|_| ()).map_err(|s| format!("{}: {}", s.code(), s.message())),
-        () = pump => Ok(()),
+        r = pump => r,
         _ = stop.changed() => Ok(()),
     }
 }

@@ -164,6 +164,23 @@ impl Client {
 }
 
 /// An uncompressed v2 batch of `values` with keys `k<i>`.
+/// CreateTopics v7 of `name` with `partitions` partitions, RF 1; panics on
+/// an error code.
+pub fn create_topic(c: &mut Client, name: &str, partitions: i32) {
+    use kafka_protocol::messages::{CreateTopicsRequest, TopicName, create_topics_request};
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = TopicName(StrBytes::from_string(name.to_string()));
+    t.num_partitions = partitions;
+    t.replication_factor = 1;
+    let mut req = CreateTopicsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 5000;
+    let ResponseKind::CreateTopics(resp) = c.call(ApiKey::CreateTopics, 7, req.into()) else {
+        panic!("kind")
+    };
+    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+}
+
 pub fn batch(values: &[&str], timestamp: i64) -> Bytes {
     let records: Vec<Record> = values
         .iter()
