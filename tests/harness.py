@@ -38,10 +38,24 @@ REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = float(os.environ.get("HELIX_TEST_START_TIMEOUT", "60"))
 
 
+# Ports this process handed out: the kernel may give a port that was just
+# probed and closed to the next probe, and a cluster that asks for a node's
+# Kafka, peer and metrics ports (and proxies) would then get one twice
+# (CI: "nodes[0].metrics: address ... is also nodes[0].peer").
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, never one this process handed out
+    before."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no port this process has not handed out before, in 1000 probes")
 
 
 def wait_until_serving(host: str, port: int, proc: subprocess.Popen | None, deadline: float, log: Path | None) -> None:
