@@ -30,17 +30,7 @@ fn overloaded_produce_is_throttled_and_every_record_is_acknowledged() {
         ],
     );
     let mut c = broker.connect();
-    let mut t = create_topics_request::CreatableTopic::default();
-    t.name = topic_name("throttled");
-    t.num_partitions = 1;
-    t.replication_factor = 1;
-    let mut req = CreateTopicsRequest::default();
-    req.topics = vec![t];
-    req.timeout_ms = 5000;
-    let ResponseKind::CreateTopics(resp) = c.call(ApiKey::CreateTopics, 7, req.into()) else {
-        panic!("kind")
-    };
-    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+    common::create_topic(&mut c, "throttled", 1);
 
     let requests = 3;
     let mut next_offset = 0;
