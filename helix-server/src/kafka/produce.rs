@@ -141,9 +141,13 @@ pub async fn enqueue(
                             Err(e) => Slot::Done(Err(e)),
                             Ok(batches) => {
                                 Metrics::count(&m.counters.produce_bytes, records.len() as u64);
-                                // However long it takes (ADR 0011): the
-                                // read loop reads nothing meanwhile.
-                                match broker.backpressure.acquire(records.len()).await {
+                                // The room is what will be held: the
+                                // batches as stored (a topic's codec may
+                                // have made them larger than sent). However
+                                // long it takes (ADR 0011): the read loop
+                                // reads nothing meanwhile.
+                                let size: usize = batches.iter().map(|b| b.bytes.len()).sum();
+                                match broker.backpressure.acquire(size).await {
                                     Err(e) => Slot::Done(Err(e)),
                                     Ok(room) => {
                                         if throttling {
@@ -161,7 +165,7 @@ pub async fn enqueue(
                                         };
                                         let pending = PendingProduce {
                                             batches: batches.into_iter().map(|b| b.bytes).collect(),
-                                            size: records.len(),
+                                            size,
                                             acks,
                                             reply,
                                             enqueued: Instant::now(),
