@@ -29,6 +29,15 @@ pub struct StatusAnswer {
     /// It started after a host restart that may have lost unsynced appends
     /// and some of its replicas are still learners for that reason.
     pub page_cache_lost: bool,
+    /// It has compared its boot id with its last stop: until then
+    /// `page_cache_lost` says nothing and the asker asks again. (Absent in
+    /// answers from nodes older than the field: they always had checked.)
+    #[serde(default = "checked_by_default")]
+    pub boot_checked: bool,
+}
+
+fn checked_by_default() -> bool {
+    true
 }
 
 /// How a node without an identity file starts.
@@ -159,16 +168,19 @@ mod tests {
         formed: false,
         seen_you: false,
         page_cache_lost: false,
+        boot_checked: true,
     });
     const FORMED: Option<StatusAnswer> = Some(StatusAnswer {
         formed: true,
         seen_you: false,
         page_cache_lost: false,
+        boot_checked: true,
     });
     const SAW_ME: Option<StatusAnswer> = Some(StatusAnswer {
         formed: true,
         seen_you: true,
         page_cache_lost: false,
+        boot_checked: true,
     });
 
     #[test]

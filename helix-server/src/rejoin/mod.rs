@@ -65,6 +65,9 @@ pub struct Standing {
     /// appends reported (set before it asks its peers, so that nodes that
     /// all lost theirs in one power loss see each other).
     lost_own_page_cache: AtomicBool,
+    /// The boot id has been compared with the last stop's: until then a
+    /// peer must not take "no loss" from this node's answer.
+    boot_checked: AtomicBool,
     /// Every replica the node held at start is open.
     opened: AtomicBool,
     /// Replica directories that started as learners for a lost page cache,
@@ -83,6 +86,7 @@ impl Standing {
             formed: AtomicBool::new(false),
             rejoining: AtomicBool::new(false),
             lost_own_page_cache: AtomicBool::new(false),
+            boot_checked: AtomicBool::new(false),
             opened: AtomicBool::new(false),
             page_cache_learners: Mutex::new(Vec::new()),
             witnesses: Witnesses::open(data_dir)?,
@@ -148,6 +152,7 @@ impl Standing {
             formed,
             seen_you: self.witnesses.has_seen(from),
             page_cache_lost,
+            boot_checked: self.boot_checked.load(Ordering::Acquire),
         }
     }
 
@@ -250,6 +255,12 @@ pub async fn establish(
     let last = boot::LastStop::read(data_dir);
     let now = boot::current_boot_id();
     let lost = boot::page_cache_lost(config.write_durability, &last, now.as_deref());
+    if lost {
+        standing.lost_own_page_cache.store(true, Ordering::Release);
+    }
+    // Peers that ask from here on learn the truth (set after the loss, so
+    // that no answer says "checked" without it).
+    standing.boot_checked.store(true, Ordering::Release);
     let membership = match &stored {
         Some(id) => id.membership,
         None if predates => Membership::Member,
@@ -259,7 +270,6 @@ pub async fn establish(
         },
     };
     if lost {
-        standing.lost_own_page_cache.store(true, Ordering::Release);
         tracing::warn!(
             recorded_boot_id = last.boot_id.as_deref().unwrap_or(""),
             boot_id = now.as_deref().unwrap_or(""),
@@ -354,7 +364,9 @@ async fn ask_page_cache(link: &dyn PeerLink, peers: &[NodeId]) -> BTreeSet<NodeI
     let mut known: Vec<Option<StatusAnswer>> = vec![None; peers.len()];
     while known.iter().any(Option::is_none) && tokio::time::Instant::now() < deadline {
         for (slot, answer) in known.iter_mut().zip(ask_all(link, peers).await) {
-            if slot.is_none() {
+            // A peer that has not yet checked its own boot id may still
+            // find it lost its page cache: ask it again.
+            if slot.is_none() && answer.is_some_and(|a| a.boot_checked) {
                 *slot = answer;
             }
         }
@@ -412,6 +424,21 @@ mod tests {
             membership,
         });
         s
+    }
+
+    #[test]
+    fn a_node_that_has_not_checked_its_boot_id_does_not_answer_no_loss() {
+        // Peers ask while the node starts: an answer given before it has
+        // compared its boot id must not be taken as "intact" (a power loss
+        // of every node once left a node out of its peers' lost sets).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Standing::pending(dir.path()).expect("standing");
+        let early = s.answer(NodeId(2));
+        assert!(!early.boot_checked && !early.page_cache_lost);
+        s.lost_own_page_cache.store(true, Ordering::Release);
+        s.boot_checked.store(true, Ordering::Release);
+        let later = s.answer(NodeId(2));
+        assert!(later.boot_checked && later.page_cache_lost);
     }
 
     #[test]
