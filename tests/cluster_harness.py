@@ -173,17 +173,22 @@ class Node(harness.OwnedProcess):
                                    time.monotonic() + START_TIMEOUT_S, self.log)
 
     def wait_routing(self) -> None:
-        """Waits until the node answers Metadata: it does once it hears a
-        majority of the cluster (a node cut off closes the connection)."""
+        """Waits until the node routes clients: its Metadata names a
+        controller, which it knows once it hears a majority of the cluster
+        (before, it answers with every member and no leader)."""
         deadline = time.monotonic() + START_TIMEOUT_S
+        last: object = None
         while True:
             try:
                 with kwire.Conn("127.0.0.1", self.kafka_port, timeout=2.0) as conn:
-                    conn.brokers()
-                    return
+                    _, controller = conn.brokers_and_controller()
+                    if controller >= 0:
+                        return
+                    last = "no controller known yet"
             except (OSError, kwire.ProtocolError) as e:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"node {self.id} never answered Metadata: {e}\n{self.log_tail()}")
+                last = e
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {self.id} never routed clients: {last}\n{self.log_tail()}")
             time.sleep(0.1)
 
     def log_tail(self, lines: int = 60) -> str:

@@ -446,11 +446,16 @@ class Conn:
 
     def brokers(self) -> list[int]:
         """Metadata v1 for no topic: the ids of the brokers the node lists."""
+        return self.brokers_and_controller()[0]
+
+    def brokers_and_controller(self) -> tuple[list[int], int]:
+        """Metadata v1 for no topic: the broker ids and the controller id
+        (-1 while the node knows none)."""
         r = self.request(API_METADATA, 1, struct.pack(">i", 0))
         out = []
         for _ in range(r.i32()):
             out.append(r.i32()); r.string(); r.i32(); r.string()  # node, host, port, rack
-        return out
+        return out, r.i32()
 
     def leaders(self, topic: str) -> dict[int, tuple[int, int, list[int], list[int]]]:
         """Metadata v7 (non-flexible, with leader epochs) for one topic:

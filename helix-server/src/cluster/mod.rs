@@ -17,6 +17,7 @@ mod lease_tests;
 mod tests;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use helix_raft::{GroupId, NodeId, Role, Term};
@@ -66,6 +67,9 @@ pub struct ClusterState {
     pub members: Vec<Member>,
     pub leaders: LeaderTable,
     liveness: std::sync::RwLock<Arc<dyn Liveness>>,
+    /// It has heard a majority since it started: without one now, it is
+    /// cut off rather than starting.
+    had_majority: AtomicBool,
 }
 
 impl std::fmt::Debug for ClusterState {
@@ -94,6 +98,7 @@ impl ClusterState {
             members,
             leaders: LeaderTable::default(),
             liveness: std::sync::RwLock::new(Arc::new(Alone)),
+            had_majority: AtomicBool::new(false),
         })
     }
 
@@ -122,12 +127,48 @@ impl ClusterState {
     }
 
     /// Whether this node hears a majority of the members (itself
-    /// included). A node that does not is cut off: it leads nothing and
-    /// its view of who leads what is stale, so it must not route clients
-    /// (see [`crate::kafka::dispatch`]).
+    /// included). A node that does not is cut off, or still starting: it
+    /// leads nothing and its view of who leads what is stale, so it names
+    /// no leader to clients (see [`crate::kafka::metadata`]).
     pub fn hears_majority(&self) -> bool {
         let heard = self.members.iter().filter(|m| self.is_alive(m.id)).count();
-        heard > self.members.len() / 2
+        let majority = heard > self.members.len() / 2;
+        if majority {
+            self.had_majority.store(true, Ordering::Relaxed);
+        }
+        majority
+    }
+
+    /// The members a client should be told of (Metadata, DescribeCluster).
+    /// - Hearing a majority: those up.
+    /// - Cut off (it heard a majority since it started, and lost it): the
+    ///   other members it has heard, not itself. It can serve nothing, and
+    ///   a client told of the others only moves to them without a
+    ///   disconnect (librdkafka drops a broker that Metadata no longer
+    ///   lists, and would otherwise keep asking the broker it used last;
+    ///   ADR 0023).
+    /// - Starting (no majority heard yet): itself and whoever it has
+    ///   heard, so clients wait on it instead of dialling nodes that may
+    ///   not be up.
+    pub fn members_to_offer(&self) -> Vec<&Member> {
+        if self.hears_majority() {
+            return self.live_members();
+        }
+        let liveness = self.liveness.read().ok();
+        let heard = |m: &&Member| {
+            m.id != self.me
+                && liveness
+                    .as_ref()
+                    .is_some_and(|l| l.heard_within(m.id, Duration::MAX))
+        };
+        let others: Vec<&Member> = self.members.iter().filter(heard).collect();
+        if self.had_majority.load(Ordering::Relaxed) && !others.is_empty() {
+            return others;
+        }
+        self.members
+            .iter()
+            .filter(|m| m.id == self.me || heard(m))
+            .collect()
     }
 
     /// The members that are up, as clients should see them.

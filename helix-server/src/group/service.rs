@@ -236,6 +236,11 @@ impl GroupService {
 
     /// The node coordinating `group_id`: the leader of its partition.
     fn coordinator_of(&self, group_id: &str) -> Option<NodeAddress> {
+        // A node that hears no majority cannot vouch for any leader:
+        // COORDINATOR_NOT_AVAILABLE, retriable (issue 30 item 7).
+        if !self.cluster.hears_majority() {
+            return None;
+        }
         let index = self.lock().coordinator.partition_for(group_id).0 as usize;
         let p = self.partitions.get(index)?;
         let leader = self.cluster.leadership(p.group, p.local.as_deref())?.leader;

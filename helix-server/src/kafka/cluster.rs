@@ -1,4 +1,5 @@
-//! DescribeCluster: the live brokers and the controller (group 0's leader).
+//! DescribeCluster: the live brokers (every member, on a node that hears no
+//! majority) and the controller (group 0's leader).
 
 use std::sync::Arc;
 
@@ -22,7 +23,7 @@ pub fn describe(
     }
     resp.brokers = broker
         .cluster
-        .live_members()
+        .members_to_offer()
         .into_iter()
         .map(|m| {
             let mut b = DescribeClusterBroker::default();

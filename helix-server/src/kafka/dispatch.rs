@@ -35,23 +35,6 @@ pub type PendingResponse = Pin<Box<dyn Future<Output = Result<Option<Frame>>> + 
 #[error("{0}")]
 pub struct Close(pub String);
 
-/// The requests whose answers tell a client where to go (leaders, the
-/// coordinator, the brokers, a producer id). A node cut off from the
-/// majority closes the connection instead of answering them: its answer
-/// (no leader, no coordinator, only itself alive) would keep a client that
-/// is connected only to it asking it again forever, while the majority
-/// serves. Closed, the client's next query goes to another node it knows.
-/// Produce, Fetch and the rest are answered (NOT_LEADER_OR_FOLLOWER).
-fn routes_clients(key: ApiKey) -> bool {
-    matches!(
-        key,
-        ApiKey::Metadata
-            | ApiKey::FindCoordinator
-            | ApiKey::DescribeCluster
-            | ApiKey::InitProducerId
-    )
-}
-
 /// Decodes the frame and starts handling it (client address unknown).
 #[cfg(test)]
 pub async fn start(
@@ -87,12 +70,6 @@ pub async fn start_from(
     }
     if !api_versions::serves(key, version) {
         return Err(Close(format!("unsupported version {version} of {key:?}")));
-    }
-    if routes_clients(key) && !broker.cluster.hears_majority() {
-        return Err(Close(format!(
-            "{key:?}: this node hears no majority of the cluster, so its answer would \
-             send the client nowhere; the client asks another node"
-        )));
     }
     let request = RequestKind::decode(key, &mut frame, version)
         .map_err(|e| Close(format!("malformed {key:?} v{version} body: {e}")))?;

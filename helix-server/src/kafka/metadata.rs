@@ -22,9 +22,16 @@ use kafka_protocol::error::ResponseError;
 
 pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
+    // A node that hears no majority (starting, or cut off) answers with
+    // what it can vouch for: every member it knows, no leader for any
+    // partition (LEADER_NOT_AVAILABLE, retriable), no topic created. The
+    // client retries and reaches the nodes that serve; it is never
+    // disconnected (Kafka's brokers keep answering Metadata too, issue 30
+    // item 7).
+    let cut_off = !broker.cluster.hears_majority();
     resp.brokers = broker
         .cluster
-        .live_members()
+        .members_to_offer()
         .into_iter()
         .map(|m| {
             let mut b = MetadataResponseBroker::default();
@@ -35,9 +42,14 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         })
         .collect();
     resp.cluster_id = Some(wire_str(&broker.cluster_id));
-    resp.controller_id = broker_id(broker.controller_id());
+    // Kafka's NO_CONTROLLER_ID (-1) where it cannot vouch for one.
+    resp.controller_id = if cut_off {
+        BrokerId(-1)
+    } else {
+        broker_id(broker.controller_id())
+    };
     // Before v4 the field does not exist and Kafka auto-creates.
-    let allow_create = version < 4 || req.allow_auto_topic_creation;
+    let allow_create = (version < 4 || req.allow_auto_topic_creation) && !cut_off;
     // v0 has no null: an empty list asks for every topic.
     let every_topic = req
         .topics
@@ -69,10 +81,12 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
             out
         }
     };
-    settle_elections(found.iter().filter_map(|f| f.as_ref().ok())).await;
+    if !cut_off {
+        settle_elections(found.iter().filter_map(|f| f.as_ref().ok())).await;
+    }
     resp.topics = found
         .into_iter()
-        .map(|f| f.map_or_else(|t| t, |t| topic_entry(broker, &t)))
+        .map(|f| f.map_or_else(|t| t, |t| topic_entry(broker, &t, cut_off)))
         .collect();
     resp
 }
@@ -118,7 +132,7 @@ pub fn broker_id(node: helix_raft::NodeId) -> BrokerId {
     BrokerId(i32::try_from(node.0).unwrap_or(-1))
 }
 
-fn topic_entry(broker: &Broker, t: &Topic) -> MetadataResponseTopic {
+fn topic_entry(broker: &Broker, t: &Topic, cut_off: bool) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
     out.error_code = NONE;
     out.name = Some(wire_topic(&t.name));
@@ -131,7 +145,12 @@ fn topic_entry(broker: &Broker, t: &Topic) -> MetadataResponseTopic {
             let mut m = MetadataResponsePartition::default();
             m.partition_index = p.index;
             m.replica_nodes = p.replicas.iter().map(|n| broker_id(*n)).collect();
-            match broker.cluster.leadership(p.group, p.local.as_deref()) {
+            let vouched = if cut_off {
+                None
+            } else {
+                broker.cluster.leadership(p.group, p.local.as_deref())
+            };
+            match vouched {
                 Some(l) => {
                     m.leader_id = broker_id(l.leader);
                     m.leader_epoch = term_epoch(l.term);
@@ -145,8 +164,8 @@ fn topic_entry(broker: &Broker, t: &Topic) -> MetadataResponseTopic {
                     m.isr_nodes = isr.into_iter().map(broker_id).collect();
                 }
                 None => {
-                    // Unknown, down, or this node leading without its
-                    // lease (cut off while the majority elects).
+                    // Unknown, down, this node leading without its lease,
+                    // or this node hearing no majority: none it can vouch for.
                     m.error_code = code(ResponseError::LeaderNotAvailable);
                     m.leader_id = BrokerId(-1);
                     // The term this replica last saw: a client that already

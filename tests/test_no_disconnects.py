@@ -1,0 +1,87 @@
+"""No disconnects from a node that is starting or cut off (issue 30 item 7).
+
+librdkafka reports a closed connection through the application's error
+callback ("Broker transport failure"), and a client that treats errors as
+fatal stops. Before, a node that did not hear a majority of the cluster
+closed the connection on Metadata. Now it answers with what it can vouch
+for: every member it knows and no partition leader (LEADER_NOT_AVAILABLE),
+and the client retries and reaches the nodes that serve. Kafka's brokers
+keep answering Metadata too.
+
+Two tests: clients connecting every 50 ms to a cluster whose nodes have
+just opened their listeners (they do not hear each other yet); and to a
+node cut off from its peers. Neither may see an error callback.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+import clients
+import harness
+from cluster_harness import HelixCluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.managed,
+              pytest.mark.skipif(harness.external_bootstrap() is not None
+                                 or os.environ.get("HELIX_TEST_KAFKA_LIBS") is not None,
+                                 reason="starts and cuts off its own Helix nodes")]
+
+CLIENT_EVERY_S = 0.05
+
+
+def connect_repeatedly(bootstrap: str, seconds: float) -> tuple[int, list[str]]:
+    """A new admin client every 50 ms for `seconds`, each asking Metadata
+    once; returns how many asked and every error callback they got."""
+    errors: list[str] = []
+    asked = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        a = AdminClient({**clients.RDKAFKA, "bootstrap.servers": bootstrap,
+                         "error_cb": lambda e: errors.append(str(e))})
+        try:
+            a.list_topics(timeout=1)
+        except Exception:
+            pass  # a Metadata that did not complete in 1 s is not a disconnect
+        asked += 1
+        a.poll(0)
+        time.sleep(CLIENT_EVERY_S)
+    return asked, errors
+
+
+def test_a_starting_cluster_answers_metadata_without_disconnects(tmp_path):
+    cluster = HelixCluster(tmp_path, 3)
+    try:
+        # A cluster that starts again on its data, one node first: it opens
+        # its listener once its own state is recovered, while it hears no
+        # majority, until the others are up.
+        cluster.start()
+        cluster.stop()
+        first = cluster.node(1)
+        first.start()
+        asked, errors = connect_repeatedly(first.bootstrap, 3.0)
+        for n in cluster.nodes[1:]:
+            n.start(wait=False)
+        more, later = connect_repeatedly(first.bootstrap, 4.0)
+        assert asked > 10 and more > 10
+        assert not errors, f"error callbacks from a node that hears no majority: {errors[:5]}"
+        assert not later, f"error callbacks while the cluster formed: {later[:5]}"
+        for n in cluster.nodes:
+            n.wait_routing()
+    finally:
+        cluster.stop()
+
+
+def test_a_node_cut_off_from_its_peers_answers_metadata_without_disconnects(tmp_path):
+    cluster = HelixCluster(tmp_path, 3, proxies=True).start()
+    try:
+        cluster.isolate(1, "refuse")
+        # Until it notices (peers unheard for 3 s) and after.
+        asked, errors = connect_repeatedly(cluster.node(1).bootstrap, 6.0)
+        assert asked > 10
+        assert not errors, f"error callbacks from the cut-off node: {errors[:5]}"
+    finally:
+        cluster.stop()
