@@ -28,8 +28,10 @@ import pytest
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 import clients
+import kwire
 
 # The clients: what each writes and reads.
 RD_V0 = "librdkafka-0.9.0"  # magic 0
@@ -217,3 +219,27 @@ def test_log_append_time_topic_stamps_what_old_producers_send(broker, topic):
             # The broker's append time, not the producers' (T0 is a minute
             # before `before`), whatever format the record came in.
             assert all(before <= ts <= after for ts in stamps), f"{reader} reader: {stamps} not in [{before}, {after}]"
+
+
+def legacy_set(magic: int, values: list[bytes]) -> bytes:
+    """An uncompressed magic 0/1 message set, as kafka-python writes it."""
+    b = LegacyRecordBatchBuilder(magic=magic, compression_type=0, batch_size=1 << 20)
+    for i, v in enumerate(values):
+        b.append(i, timestamp=T0 + i, key=None, value=v)
+    return bytes(b.build())
+
+
+@pytest.mark.parametrize("version,magic", [(0, 0), (1, 0), (2, 1)])
+def test_a_damaged_old_message_set_is_refused_for_its_partition_only(broker, topic, version, magic):
+    clients.create_topic(broker.bootstrap, topic, 2)
+    good = legacy_set(magic, [b"a", b"b"])
+    bad = bytearray(good)
+    bad[-1] ^= 0x01  # inside the last message's value: its CRC no longer matches
+    with kwire.Conn(broker.host, broker.port) as c:
+        got = c.produce(topic, {0: bytes(bad), 1: good}, version=version)
+        assert got == {0: (kwire.ERR_CORRUPT_MESSAGE, -1), 1: (kwire.ERR_NONE, 0)}
+        # Nothing of the refused set was written; the connection still serves.
+        assert c.produce(topic, {0: good}, version=version) == {0: (kwire.ERR_NONE, 0)}
+        # A v2 batch in an old request is accepted too, as Kafka does.
+        batch = kwire.record_batch([kwire.Record(key=None, value=b"c")])
+        assert c.produce(topic, {0: batch}, version=version) == {0: (kwire.ERR_NONE, 2)}
