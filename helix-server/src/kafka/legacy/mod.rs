@@ -23,10 +23,11 @@ use kafka_protocol::records::legacy::LegacyError;
 
 use crate::error::HelixError;
 
-/// The most bytes one legacy wrapper may inflate to. Kafka has no such
-/// bound (it inflates into the heap); here a few KiB of gzip cannot claim
-/// more than this per partition of a request.
-pub const MAX_INFLATED_WRAPPER: usize = 64 << 20;
+/// The most bytes the wrappers of one partition's message set may inflate
+/// to, together. Kafka has no such bound (it inflates into the heap); here
+/// a few KiB of gzip, or many small wrappers, cannot claim more than this
+/// per partition of a request.
+pub const MAX_INFLATED_SET: usize = 64 << 20;
 
 impl From<LegacyError> for HelixError {
     fn from(e: LegacyError) -> HelixError {

@@ -19,7 +19,7 @@ use kafka_protocol::records::{
     RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-use super::MAX_INFLATED_WRAPPER;
+use super::MAX_INFLATED_SET;
 use crate::error::{HelixError, Result};
 use crate::partition::recompress::{TopicCompression, recompress};
 
@@ -35,7 +35,7 @@ pub fn is_legacy(records: &[u8]) -> bool {
 /// The v2 batch holding every message of `set`, compressed with the
 /// wrapper's codec; `max_bytes` bounds the compressed result.
 pub fn to_v2_batch(set: &Bytes, max_bytes: usize) -> Result<Bytes> {
-    let decoded = legacy::decode_message_set(set, MAX_INFLATED_WRAPPER)?;
+    let decoded = legacy::decode_message_set(set, MAX_INFLATED_SET)?;
     let entries = decoded.entries;
     let Some(first) = entries.first() else {
         return Err(HelixError::InvalidRecord(

@@ -11,8 +11,8 @@
 //! of the last one); magic 0 inner offsets are absolute.
 //!
 //! Decoding checks every length against the bytes present before taking
-//! them, and bounds what a wrapper may inflate to, so hostile input costs
-//! at most the caller's limit. A partial entry at the end of a set is not
+//! them, and bounds what the wrappers of a set may inflate to in total, so
+//! hostile input costs at most the caller's limit. A partial entry at the end of a set is not
 //! an error (fetch answers end that way; Kafka ignores it in produce
 //! requests too): [`DecodedSet::complete_bytes`] says where the whole
 //! entries end.
@@ -107,13 +107,17 @@ pub fn magic_of(set: &[u8]) -> Option<i8> {
     set.get(LOG_OVERHEAD + 4).map(|m| *m as i8)
 }
 
-/// Decodes a magic 0/1 message set. A wrapper's inner set may inflate to
-/// at most `max_inflated` bytes.
+/// Decodes a magic 0/1 message set. The inner sets of its wrappers may
+/// inflate to at most `max_inflated` bytes in total (many small wrappers
+/// must not add up to more than one large one).
 pub fn decode_message_set(set: &Bytes, max_inflated: usize) -> Result<DecodedSet> {
     let mut entries = Vec::new();
     let mut pos = 0usize;
+    let mut left = max_inflated;
     while let Some((raw, next)) = next_raw(set, pos)? {
-        entries.push(expand(raw, max_inflated)?);
+        let (entry, inflated) = expand(raw, left)?;
+        left -= inflated;
+        entries.push(entry);
         pos = next;
     }
     Ok(DecodedSet {
@@ -247,10 +251,12 @@ fn bytes_field(msg: &Bytes, at: &mut usize) -> Result<Option<Bytes>> {
 }
 
 /// A raw entry as messages: itself, or its wrapper's inner messages.
-fn expand(raw: RawMessage, max_inflated: usize) -> Result<LegacyEntry> {
+/// Also returns the bytes inflated (0 for a plain message), at most
+/// `max_inflated`.
+fn expand(raw: RawMessage, max_inflated: usize) -> Result<(LegacyEntry, usize)> {
     let compression = raw.compression()?;
     if compression == Compression::None {
-        return Ok(LegacyEntry {
+        let entry = LegacyEntry {
             magic: raw.magic,
             compression,
             messages: vec![LegacyMessage {
@@ -260,7 +266,8 @@ fn expand(raw: RawMessage, max_inflated: usize) -> Result<LegacyEntry> {
                 key: raw.key,
                 value: raw.value,
             }],
-        });
+        };
+        return Ok((entry, 0));
     }
     let Some(value) = raw.value.as_ref() else {
         return corrupt("compressed wrapper with a null value");
@@ -305,11 +312,12 @@ fn expand(raw: RawMessage, max_inflated: usize) -> Result<LegacyEntry> {
             m.offset = raw.offset.wrapping_sub(last).wrapping_add(m.offset);
         }
     }
-    Ok(LegacyEntry {
+    let entry = LegacyEntry {
         magic: raw.magic,
         compression,
         messages,
-    })
+    };
+    Ok((entry, inner.len()))
 }
 
 /// Writes one message (offset, size, crc, body) to `out`.

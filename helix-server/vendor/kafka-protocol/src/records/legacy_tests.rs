@@ -202,6 +202,17 @@ fn a_wrapper_inflating_past_the_limit_is_refused() {
 }
 
 #[test]
+fn the_inflate_bound_is_for_all_wrappers_of_a_set_together() {
+    let big = "z".repeat(10_000);
+    let one = encode(&[msg(0, 0, None, &big)], &opts(1, Compression::Gzip));
+    let three = Bytes::from([one.clone(), one.clone(), one].concat());
+    // Each inner set is the 10,000-byte value and a 34-byte message header.
+    assert!(decode_message_set(&three, 3 * 10_034).is_ok());
+    let e = decode_message_set(&three, 3 * 10_034 - 1).unwrap_err();
+    assert!(matches!(e, LegacyError::Invalid(_)), "{e}");
+}
+
+#[test]
 fn nested_compression_is_invalid() {
     let inner = encode(&[msg(0, 0, None, "x")], &opts(1, Compression::Gzip));
     let outer = LegacyMessage {
