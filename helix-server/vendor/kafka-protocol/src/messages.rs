@@ -1525,7 +1525,7 @@ impl ApiKey {
         match self {
             ApiKey::Produce => VersionRange { min: 0, max: 13 },
             ApiKey::Fetch => VersionRange { min: 0, max: 18 },
-            ApiKey::ListOffsets => VersionRange { min: 1, max: 10 },
+            ApiKey::ListOffsets => VersionRange { min: 0, max: 10 },
             ApiKey::Metadata => VersionRange { min: 0, max: 13 },
             ApiKey::OffsetCommit => VersionRange { min: 2, max: 10 },
             ApiKey::OffsetFetch => VersionRange { min: 1, max: 10 },
