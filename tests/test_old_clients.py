@@ -243,3 +243,37 @@ def test_a_damaged_old_message_set_is_refused_for_its_partition_only(broker, top
         # A v2 batch in an old request is accepted too, as Kafka does.
         batch = kwire.record_batch([kwire.Record(key=None, value=b"c")])
         assert c.produce(topic, {0: batch}, version=version) == {0: (kwire.ERR_NONE, 2)}
+
+
+def read_group(broker, kind: str, topic: str, group: str, expected: int, timeout: float = 60.0) -> list:
+    """An old consumer in `group` (subscribe, earliest when nothing is
+    committed) reads `expected` records, commits them and leaves."""
+    c = Consumer({**rd_config(broker, kind), "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    try:
+        c.subscribe([topic])
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < expected and time.monotonic() < deadline:
+            for m in c.consume(num_messages=1000, timeout=1.0):
+                if m.error() is not None:
+                    raise AssertionError(f"{kind} consumer: {m.error()}")
+                out.append((m.key(), m.value()))
+        assert len(out) == expected, f"{kind} group consumer read {len(out)} of {expected}"
+        c.commit(asynchronous=False)
+        return out
+    finally:
+        c.close()
+
+
+def test_an_old_consumer_group_starts_at_earliest_then_resumes_from_its_commit(broker, topic):
+    # librdkafka 0.9.0 resolves "earliest" with ListOffsets v0 and keeps its
+    # position with the v0-era group APIs.
+    clients.create_topic(broker.bootstrap, topic, 1)
+    group = f"old-group-{uuid.uuid4().hex[:8]}"
+    first = records("first", 50, T0)
+    produce(broker, MODERN, topic, first)
+    assert read_group(broker, RD_V0, topic, group, len(first)) == [(k, v) for k, v, _, _ in first]
+    second = records("second", 10, T0)
+    produce(broker, RD_V0, topic, second)
+    assert read_group(broker, RD_V0, topic, group, len(second)) == [(k, v) for k, v, _, _ in second]

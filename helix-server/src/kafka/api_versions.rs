@@ -5,7 +5,8 @@
 //! version by version (`kafka/tests.rs`). Produce and Fetch start at v0, as
 //! Kafka 3.9 serves them: Produce v0-v2 carry magic 0/1 message sets,
 //! converted to v2 batches on the way in, and Fetch v0-v3 readers get the
-//! stored batches down-converted to their format (`kafka/legacy`). (Kafka 4
+//! stored batches down-converted to their format (`kafka/legacy`); ListOffsets
+//! v0 is how those clients find the earliest and latest offsets. (Kafka 4
 //! refuses those versions, KIP-896, but still advertises Produce from v0,
 //! KAFKA-18659: librdkafka turns compression off unless the broker's Produce
 //! range reaches down to v0-v2.) Clients always pick the highest common
@@ -21,7 +22,7 @@ use kafka_protocol::error::ResponseError;
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 0, 13),
     (ApiKey::Fetch, 0, 18),
-    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::ListOffsets, 0, 10),
     (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
