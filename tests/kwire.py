@@ -1,7 +1,7 @@
 """A minimal Kafka wire-protocol client for raw-socket tests.
 
 Only what the tests need, written from the protocol specification: framing,
-request headers v1/v2, ApiVersions, Produce (v3-v8), Fetch (v4-v11),
+request headers v1/v2, ApiVersions, Produce (v0-v8), Fetch (v4-v11),
 Metadata (v1), v2 record batches with CRC-32C, and a batch parser that reports
 each batch's attributes (to see the compression codec a broker stored).
 """
@@ -419,9 +419,10 @@ class Conn:
 
     def produce(self, topic: str, partitions: dict[int, bytes], acks: int = -1,
                 timeout_ms: int = 10000, version: int | None = None) -> dict[int, tuple[int, int]]:
-        """Produce v3-v8 (non-flexible). Returns {partition: (error_code, base_offset)}."""
+        """Produce v0-v8 (non-flexible; v3 unless asked). Returns {partition: (error_code, base_offset)}."""
         v = version if version is not None else self.pick_version(API_PRODUCE, 3, 8)
-        body = string(None) + struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1) + string(topic)
+        transactional_id = string(None) if v >= 3 else b""
+        body = transactional_id + struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1) + string(topic)
         body += struct.pack(">i", len(partitions))
         for p, data in partitions.items():
             body += struct.pack(">ii", p, len(data)) + data
@@ -433,7 +434,8 @@ class Conn:
                 p = r.i32()
                 err = r.i16()
                 base = r.i64()
-                r.i64()  # log append time (v2+)
+                if v >= 2:
+                    r.i64()  # log append time
                 if v >= 5:
                     r.i64()  # log start offset
                 if v >= 8:

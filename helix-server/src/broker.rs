@@ -385,6 +385,14 @@ impl Broker {
                 "{name} is an internal topic"
             )));
         }
+        // Checked before placement, which builds one replica set per new
+        // partition: a count near i32::MAX must not allocate gigabytes.
+        if count > crate::controller::MAX_PARTITIONS {
+            return Err(HelixError::InvalidPartitions(format!(
+                "at most {}",
+                crate::controller::MAX_PARTITIONS
+            )));
+        }
         let members = self.cluster.member_ids();
         let old = topic.partitions.len() as i32;
         let rf = topic.partitions.first().map_or(1, |p| p.replicas.len());

@@ -45,6 +45,10 @@ pub enum HelixError {
     MessageTooLarge(usize, i32),
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// Stored data a reader cannot be given in its format (zstd for a
+    /// Fetch v0-v3 reader).
+    #[error("unsupported compression type: {0}")]
+    UnsupportedCompressionType(String),
     #[error(
         "record timestamp {0} is outside the topic's message.timestamp.before/after.max.ms bounds"
     )]
@@ -130,6 +134,7 @@ impl HelixError {
             HelixError::CorruptBatch(_) => ResponseError::CorruptMessage,
             HelixError::MessageTooLarge(..) => ResponseError::MessageTooLarge,
             HelixError::InvalidRecord(_) => ResponseError::InvalidRecord,
+            HelixError::UnsupportedCompressionType(_) => ResponseError::UnsupportedCompressionType,
             HelixError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
             HelixError::DuplicateSequence => ResponseError::DuplicateSequenceNumber,
             HelixError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,

@@ -2,13 +2,15 @@
 //! KIP-511 fallback for a client newer than us.
 //!
 //! Each range is what the matching handler decodes and answers, tested
-//! version by version (`kafka/tests.rs`). One deliberate exception: Produce
-//! is advertised from v0 although only v3+ is decoded. librdkafka (Debian's
-//! 2.0.2 and later) turns compression off unless the broker's Produce range
-//! reaches down to v0-v2; Kafka 4 advertises v0 for the same reason
-//! (KAFKA-18659) and, like Helix, refuses v0-v2 requests. Clients always
-//! pick the highest common version, which is >= 3 for every client that
-//! speaks record batches v2.
+//! version by version (`kafka/tests.rs`). Produce and Fetch start at v0, as
+//! Kafka 3.9 serves them: Produce v0-v2 carry magic 0/1 message sets,
+//! converted to v2 batches on the way in, and Fetch v0-v3 readers get the
+//! stored batches down-converted to their format (`kafka/legacy`); ListOffsets
+//! v0 is how those clients find the earliest and latest offsets. (Kafka 4
+//! refuses those versions, KIP-896, but still advertises Produce from v0,
+//! KAFKA-18659: librdkafka turns compression off unless the broker's Produce
+//! range reaches down to v0-v2.) Clients always pick the highest common
+//! version, so a client that speaks v2 batches never takes the legacy path.
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
@@ -19,8 +21,8 @@ use kafka_protocol::error::ResponseError;
 /// (api, min, max) served by this broker.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 0, 13),
-    (ApiKey::Fetch, 4, 18),
-    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Fetch, 0, 18),
+    (ApiKey::ListOffsets, 0, 10),
     (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
@@ -35,9 +37,6 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 2),
 ];
 
-/// Produce versions advertised but not decoded (see the module comment).
-pub const PRODUCE_MIN_DECODED: i16 = 3;
-
 /// The advertised range of `key`, if served.
 pub fn range(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED
@@ -49,9 +48,6 @@ pub fn range(key: ApiKey) -> Option<(i16, i16)> {
 
 /// Whether a request of this version is decoded and answered.
 pub fn serves(key: ApiKey, version: i16) -> bool {
-    if key == ApiKey::Produce && version < PRODUCE_MIN_DECODED {
-        return false;
-    }
     range(key).is_some_and(|(lo, hi)| version >= lo && version <= hi)
 }
 

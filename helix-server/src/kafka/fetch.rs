@@ -15,6 +15,7 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::task::JoinSet;
 
 use super::leader_hint::{self, NamedLeaders};
+use super::legacy;
 use super::metadata::broker_id;
 use super::wire_str;
 use crate::broker::Broker;
@@ -106,6 +107,14 @@ fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchRespons
                 Ok(Bytes::new())
             } else {
                 p.read(fp.fetch_offset, limit)
+            };
+            // Fetch v0-v3 readers get their message format; v4+ gets the
+            // stored bytes untouched.
+            let data = match (data, legacy::fetch::reader_magic(version)) {
+                (Ok(stored), Some(magic)) if !stored.is_empty() => {
+                    legacy::fetch::down_convert(&stored, magic, fp.fetch_offset)
+                }
+                (data, _) => data,
             };
             match data {
                 Ok(records) => {

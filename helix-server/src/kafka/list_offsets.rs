@@ -1,5 +1,11 @@
 //! ListOffsets: earliest, latest, by timestamp, max timestamp. Latest is the
 //! high watermark (no transactions, so it is also the last stable offset).
+//!
+//! v0 (clients of Kafka 0.9 and earlier, served as Kafka 3.9 serves them)
+//! answers a list of offsets instead of one offset and timestamp. Kafka
+//! lists segment start offsets for it; here the list holds the one offset
+//! the same lookup finds for v1+ (latest: the high watermark; earliest: the
+//! log start), which is all that clients of that era ask for.
 
 use std::sync::Arc;
 
@@ -35,6 +41,11 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Li
                     .check_leader(p.current_leader_epoch)
                     .and_then(|()| lookup(part, p.timestamp))
                 {
+                    Ok((offset, _)) if version == 0 => {
+                        if offset >= 0 && p.max_num_offsets > 0 {
+                            r.old_style_offsets = vec![offset];
+                        }
+                    }
                     Ok((offset, timestamp)) => {
                         r.offset = offset;
                         r.timestamp = timestamp;

@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod fetch;
 pub mod frame;
 pub mod leader_hint;
+pub mod legacy;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offset_commit;

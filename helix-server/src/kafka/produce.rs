@@ -20,6 +20,7 @@ use kafka_protocol::messages::{
 use tokio::sync::oneshot;
 
 use super::leader_hint::{self, NamedLeaders};
+use super::legacy;
 use super::metadata::broker_id;
 use super::wire_str;
 use crate::batcher::{PendingProduce, ProduceOutcome};
@@ -51,6 +52,10 @@ fn one_batch(
     Ok(batches)
 }
 
+/// The last Produce version whose requests may carry legacy (magic 0/1)
+/// message sets; they are converted to a v2 batch (`legacy::produce`).
+const LAST_LEGACY_PRODUCE: i16 = 2;
+
 /// The first Produce version whose answers carry KIP-951's leader hints
 /// (`current_leader`, `node_endpoints`).
 const KIP_951_PRODUCE: i16 = 10;
@@ -59,7 +64,8 @@ const KIP_951_PRODUCE: i16 = 10;
 const NO_APPEND_TIME: i64 = -1;
 
 /// Checks one partition's records against the topic's rules (size, record
-/// timestamps, one batch from v3 on) and, for a LogAppendTime topic, stamps
+/// timestamps, one batch from v3 on), after converting a Produce v0-v2
+/// legacy message set to a v2 batch, and, for a LogAppendTime topic, stamps
 /// this broker's time into each batch and notes it in `append_time`.
 fn accept(
     records: &bytes::Bytes,
@@ -69,6 +75,14 @@ fn accept(
 ) -> Result<Vec<batch::ValidBatch>, HelixError> {
     let now = now_ms();
     let bounds = topic.timestamp_bounds(now);
+    let max_bytes = usize::try_from(topic.max_message_bytes).unwrap_or(0);
+    let converted;
+    let records = if version <= LAST_LEGACY_PRODUCE && legacy::produce::is_legacy(records) {
+        converted = legacy::produce::to_v2_batch(records, max_bytes)?;
+        &converted
+    } else {
+        records
+    };
     let mut batches = one_batch(
         batch::validate(records, topic.max_message_bytes, bounds)?,
         version,
@@ -79,7 +93,6 @@ fn accept(
         }
         *append_time = now;
     }
-    let max_bytes = usize::try_from(topic.max_message_bytes).unwrap_or(0);
     for b in &mut batches {
         b.bytes = recompress(&b.bytes, topic.compression, max_bytes)?;
     }

@@ -12,6 +12,9 @@ use crate::error::{HelixError, Result};
 
 pub use helix_wal::batch::{BatchHeader, HEADER_LEN};
 
+/// A record's timestamp when it has none (Kafka's `RecordBatch.NO_TIMESTAMP`).
+pub const NO_TIMESTAMP: i64 = -1;
+
 /// Producer id of a batch sent without idempotence.
 pub const NO_PRODUCER_ID: i64 = -1;
 
@@ -70,7 +73,9 @@ pub fn validate(
             deltas_in_order &= r.offset_delta == expected_delta;
             expected_delta = expected_delta.saturating_add(1);
             let ts = header.first_timestamp.saturating_add(r.timestamp_delta);
-            if timestamps.is_some_and(|(low, high)| ts < low || ts > high) {
+            // A record without a timestamp (-1, converted from magic 0) is
+            // not checked, as Kafka's LogValidator skips it.
+            if ts != NO_TIMESTAMP && timestamps.is_some_and(|(low, high)| ts < low || ts > high) {
                 out_of_bounds.get_or_insert(ts);
             }
             true

@@ -1523,9 +1523,9 @@ impl ApiKey {
     /// Returns the valid versions that can be used with this ApiKey
     pub fn valid_versions(&self) -> VersionRange {
         match self {
-            ApiKey::Produce => VersionRange { min: 3, max: 13 },
-            ApiKey::Fetch => VersionRange { min: 4, max: 18 },
-            ApiKey::ListOffsets => VersionRange { min: 1, max: 10 },
+            ApiKey::Produce => VersionRange { min: 0, max: 13 },
+            ApiKey::Fetch => VersionRange { min: 0, max: 18 },
+            ApiKey::ListOffsets => VersionRange { min: 0, max: 10 },
             ApiKey::Metadata => VersionRange { min: 0, max: 13 },
             ApiKey::OffsetCommit => VersionRange { min: 2, max: 10 },
             ApiKey::OffsetFetch => VersionRange { min: 1, max: 10 },

@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchPartition {
@@ -153,7 +153,7 @@ impl FetchPartition {
 #[cfg(feature = "client")]
 impl Encodable for FetchPartition {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition)?;
@@ -297,7 +297,7 @@ impl Encodable for FetchPartition {
 #[cfg(feature = "broker")]
 impl Decodable for FetchPartition {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let partition = types::Int32.decode(buf)?;
@@ -379,11 +379,11 @@ impl Default for FetchPartition {
 }
 
 impl Message for FetchPartition {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchRequest {
@@ -575,7 +575,7 @@ impl FetchRequest {
 #[cfg(feature = "client")]
 impl Encodable for FetchRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version <= 14 {
@@ -587,8 +587,12 @@ impl Encodable for FetchRequest {
         }
         types::Int32.encode(buf, &self.max_wait_ms)?;
         types::Int32.encode(buf, &self.min_bytes)?;
-        types::Int32.encode(buf, &self.max_bytes)?;
-        types::Int8.encode(buf, &self.isolation_level)?;
+        if version >= 3 {
+            types::Int32.encode(buf, &self.max_bytes)?;
+        }
+        if version >= 4 {
+            types::Int8.encode(buf, &self.isolation_level)?;
+        }
         if version >= 7 {
             types::Int32.encode(buf, &self.session_id)?;
         }
@@ -678,8 +682,12 @@ impl Encodable for FetchRequest {
         }
         total_size += types::Int32.compute_size(&self.max_wait_ms)?;
         total_size += types::Int32.compute_size(&self.min_bytes)?;
-        total_size += types::Int32.compute_size(&self.max_bytes)?;
-        total_size += types::Int8.compute_size(&self.isolation_level)?;
+        if version >= 3 {
+            total_size += types::Int32.compute_size(&self.max_bytes)?;
+        }
+        if version >= 4 {
+            total_size += types::Int8.compute_size(&self.isolation_level)?;
+        }
         if version >= 7 {
             total_size += types::Int32.compute_size(&self.session_id)?;
         }
@@ -765,7 +773,7 @@ impl Encodable for FetchRequest {
 #[cfg(feature = "broker")]
 impl Decodable for FetchRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let mut cluster_id = None;
@@ -777,8 +785,16 @@ impl Decodable for FetchRequest {
         let mut replica_state = Default::default();
         let max_wait_ms = types::Int32.decode(buf)?;
         let min_bytes = types::Int32.decode(buf)?;
-        let max_bytes = types::Int32.decode(buf)?;
-        let isolation_level = types::Int8.decode(buf)?;
+        let max_bytes = if version >= 3 {
+            types::Int32.decode(buf)?
+        } else {
+            0x7fffffff
+        };
+        let isolation_level = if version >= 4 {
+            types::Int8.decode(buf)?
+        } else {
+            0
+        };
         let session_id = if version >= 7 {
             types::Int32.decode(buf)?
         } else {
@@ -875,11 +891,11 @@ impl Default for FetchRequest {
 }
 
 impl Message for FetchRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchTopic {
@@ -945,7 +961,7 @@ impl FetchTopic {
 #[cfg(feature = "client")]
 impl Encodable for FetchTopic {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version <= 12 {
@@ -1014,7 +1030,7 @@ impl Encodable for FetchTopic {
 #[cfg(feature = "broker")]
 impl Decodable for FetchTopic {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let topic = if version <= 12 {
@@ -1067,11 +1083,11 @@ impl Default for FetchTopic {
 }
 
 impl Message for FetchTopic {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForgottenTopic {
@@ -1137,7 +1153,7 @@ impl ForgottenTopic {
 #[cfg(feature = "client")]
 impl Encodable for ForgottenTopic {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version >= 7 && version <= 12 {
@@ -1217,7 +1233,7 @@ impl Encodable for ForgottenTopic {
 #[cfg(feature = "broker")]
 impl Decodable for ForgottenTopic {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let topic = if version >= 7 && version <= 12 {
@@ -1274,11 +1290,11 @@ impl Default for ForgottenTopic {
 }
 
 impl Message for ForgottenTopic {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplicaState {
@@ -1330,7 +1346,7 @@ impl ReplicaState {
 #[cfg(feature = "client")]
 impl Encodable for ReplicaState {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version >= 15 {
@@ -1396,7 +1412,7 @@ impl Encodable for ReplicaState {
 #[cfg(feature = "broker")]
 impl Decodable for ReplicaState {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let replica_id = if version >= 15 {
@@ -1438,7 +1454,7 @@ impl Default for ReplicaState {
 }
 
 impl Message for ReplicaState {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct AbortedTransaction {
@@ -69,7 +69,7 @@ impl AbortedTransaction {
 #[cfg(feature = "broker")]
 impl Encodable for AbortedTransaction {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         types::Int64.encode(buf, &self.producer_id)?;
@@ -111,7 +111,7 @@ impl Encodable for AbortedTransaction {
 #[cfg(feature = "client")]
 impl Decodable for AbortedTransaction {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let producer_id = types::Int64.decode(buf)?;
@@ -145,11 +145,11 @@ impl Default for AbortedTransaction {
 }
 
 impl Message for AbortedTransaction {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct EpochEndOffset {
@@ -201,7 +201,7 @@ impl EpochEndOffset {
 #[cfg(feature = "broker")]
 impl Encodable for EpochEndOffset {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version >= 12 {
@@ -267,7 +267,7 @@ impl Encodable for EpochEndOffset {
 #[cfg(feature = "client")]
 impl Decodable for EpochEndOffset {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let epoch = if version >= 12 {
@@ -309,11 +309,11 @@ impl Default for EpochEndOffset {
 }
 
 impl Message for EpochEndOffset {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchResponse {
@@ -407,10 +407,12 @@ impl FetchResponse {
 #[cfg(feature = "broker")]
 impl Encodable for FetchResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
-        types::Int32.encode(buf, &self.throttle_time_ms)?;
+        if version >= 1 {
+            types::Int32.encode(buf, &self.throttle_time_ms)?;
+        }
         if version >= 7 {
             types::Int16.encode(buf, &self.error_code)?;
         }
@@ -462,7 +464,9 @@ impl Encodable for FetchResponse {
     }
     fn compute_size(&self, version: i16) -> Result<usize> {
         let mut total_size = 0;
-        total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
+        if version >= 1 {
+            total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
+        }
         if version >= 7 {
             total_size += types::Int16.compute_size(&self.error_code)?;
         }
@@ -517,10 +521,14 @@ impl Encodable for FetchResponse {
 #[cfg(feature = "client")]
 impl Decodable for FetchResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
-        let throttle_time_ms = types::Int32.decode(buf)?;
+        let throttle_time_ms = if version >= 1 {
+            types::Int32.decode(buf)?
+        } else {
+            0
+        };
         let error_code = if version >= 7 {
             types::Int16.decode(buf)?
         } else {
@@ -584,11 +592,11 @@ impl Default for FetchResponse {
 }
 
 impl Message for FetchResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchableTopicResponse {
@@ -654,7 +662,7 @@ impl FetchableTopicResponse {
 #[cfg(feature = "broker")]
 impl Encodable for FetchableTopicResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version <= 12 {
@@ -723,7 +731,7 @@ impl Encodable for FetchableTopicResponse {
 #[cfg(feature = "client")]
 impl Decodable for FetchableTopicResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let topic = if version <= 12 {
@@ -776,11 +784,11 @@ impl Default for FetchableTopicResponse {
 }
 
 impl Message for FetchableTopicResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaderIdAndEpoch {
@@ -832,7 +840,7 @@ impl LeaderIdAndEpoch {
 #[cfg(feature = "broker")]
 impl Encodable for LeaderIdAndEpoch {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version >= 12 {
@@ -898,7 +906,7 @@ impl Encodable for LeaderIdAndEpoch {
 #[cfg(feature = "client")]
 impl Decodable for LeaderIdAndEpoch {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let leader_id = if version >= 12 {
@@ -940,11 +948,11 @@ impl Default for LeaderIdAndEpoch {
 }
 
 impl Message for LeaderIdAndEpoch {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeEndpoint {
@@ -1024,7 +1032,7 @@ impl NodeEndpoint {
 #[cfg(feature = "broker")]
 impl Encodable for NodeEndpoint {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         if version >= 16 {
@@ -1118,7 +1126,7 @@ impl Encodable for NodeEndpoint {
 #[cfg(feature = "client")]
 impl Decodable for NodeEndpoint {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let node_id = if version >= 16 {
@@ -1174,11 +1182,11 @@ impl Default for NodeEndpoint {
 }
 
 impl Message for NodeEndpoint {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionData {
@@ -1356,20 +1364,22 @@ impl PartitionData {
 #[cfg(feature = "broker")]
 impl Encodable for PartitionData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition_index)?;
         types::Int16.encode(buf, &self.error_code)?;
         types::Int64.encode(buf, &self.high_watermark)?;
-        types::Int64.encode(buf, &self.last_stable_offset)?;
+        if version >= 4 {
+            types::Int64.encode(buf, &self.last_stable_offset)?;
+        }
         if version >= 5 {
             types::Int64.encode(buf, &self.log_start_offset)?;
         }
         if version >= 12 {
             types::CompactArray(types::Struct { version })
                 .encode(buf, &self.aborted_transactions)?;
-        } else {
+        } else if version >= 4 {
             types::Array(types::Struct { version }).encode(buf, &self.aborted_transactions)?;
         }
         if version >= 11 {
@@ -1449,14 +1459,16 @@ impl Encodable for PartitionData {
         total_size += types::Int32.compute_size(&self.partition_index)?;
         total_size += types::Int16.compute_size(&self.error_code)?;
         total_size += types::Int64.compute_size(&self.high_watermark)?;
-        total_size += types::Int64.compute_size(&self.last_stable_offset)?;
+        if version >= 4 {
+            total_size += types::Int64.compute_size(&self.last_stable_offset)?;
+        }
         if version >= 5 {
             total_size += types::Int64.compute_size(&self.log_start_offset)?;
         }
         if version >= 12 {
             total_size += types::CompactArray(types::Struct { version })
                 .compute_size(&self.aborted_transactions)?;
-        } else {
+        } else if version >= 4 {
             total_size +=
                 types::Array(types::Struct { version }).compute_size(&self.aborted_transactions)?;
         }
@@ -1537,13 +1549,17 @@ impl Encodable for PartitionData {
 #[cfg(feature = "client")]
 impl Decodable for PartitionData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let partition_index = types::Int32.decode(buf)?;
         let error_code = types::Int16.decode(buf)?;
         let high_watermark = types::Int64.decode(buf)?;
-        let last_stable_offset = types::Int64.decode(buf)?;
+        let last_stable_offset = if version >= 4 {
+            types::Int64.decode(buf)?
+        } else {
+            -1
+        };
         let log_start_offset = if version >= 5 {
             types::Int64.decode(buf)?
         } else {
@@ -1554,8 +1570,10 @@ impl Decodable for PartitionData {
         let mut snapshot_id = Default::default();
         let aborted_transactions = if version >= 12 {
             types::CompactArray(types::Struct { version }).decode(buf)?
-        } else {
+        } else if version >= 4 {
             types::Array(types::Struct { version }).decode(buf)?
+        } else {
+            None
         };
         let preferred_read_replica = if version >= 11 {
             types::Int32.decode(buf)?
@@ -1627,11 +1645,11 @@ impl Default for PartitionData {
 }
 
 impl Message for PartitionData {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 4-18
+/// Valid versions: 0-18
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotId {
@@ -1683,7 +1701,7 @@ impl SnapshotId {
 #[cfg(feature = "broker")]
 impl Encodable for SnapshotId {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         types::Int64.encode(buf, &self.end_offset)?;
@@ -1725,7 +1743,7 @@ impl Encodable for SnapshotId {
 #[cfg(feature = "client")]
 impl Decodable for SnapshotId {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 4 || version > 18 {
+        if version < 0 || version > 18 {
             bail!("specified version not supported by this message type");
         }
         let end_offset = types::Int64.decode(buf)?;
@@ -1759,7 +1777,7 @@ impl Default for SnapshotId {
 }
 
 impl Message for SnapshotId {
-    const VERSIONS: VersionRange = VersionRange { min: 4, max: 18 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 18 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

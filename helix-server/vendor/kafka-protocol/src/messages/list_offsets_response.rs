@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 1-10
+/// Valid versions: 0-10
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsPartitionResponse {
@@ -30,6 +30,11 @@ pub struct ListOffsetsPartitionResponse {
     ///
     /// Supported API versions: 1-10
     pub error_code: i16,
+
+    /// The result offsets (Helix patch: Kafka 3.9 schema).
+    ///
+    /// Supported API versions: 0
+    pub old_style_offsets: Vec<i64>,
 
     /// The timestamp associated with the returned offset.
     ///
@@ -111,13 +116,18 @@ impl ListOffsetsPartitionResponse {
 #[cfg(feature = "broker")]
 impl Encodable for ListOffsetsPartitionResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition_index)?;
         types::Int16.encode(buf, &self.error_code)?;
-        types::Int64.encode(buf, &self.timestamp)?;
-        types::Int64.encode(buf, &self.offset)?;
+        if version == 0 {
+            types::Array(types::Int64).encode(buf, &self.old_style_offsets)?;
+        }
+        if version >= 1 {
+            types::Int64.encode(buf, &self.timestamp)?;
+            types::Int64.encode(buf, &self.offset)?;
+        }
         if version >= 4 {
             types::Int32.encode(buf, &self.leader_epoch)?;
         } else {
@@ -143,8 +153,13 @@ impl Encodable for ListOffsetsPartitionResponse {
         let mut total_size = 0;
         total_size += types::Int32.compute_size(&self.partition_index)?;
         total_size += types::Int16.compute_size(&self.error_code)?;
-        total_size += types::Int64.compute_size(&self.timestamp)?;
-        total_size += types::Int64.compute_size(&self.offset)?;
+        if version == 0 {
+            total_size += types::Array(types::Int64).compute_size(&self.old_style_offsets)?;
+        }
+        if version >= 1 {
+            total_size += types::Int64.compute_size(&self.timestamp)?;
+            total_size += types::Int64.compute_size(&self.offset)?;
+        }
         if version >= 4 {
             total_size += types::Int32.compute_size(&self.leader_epoch)?;
         } else {
@@ -171,13 +186,21 @@ impl Encodable for ListOffsetsPartitionResponse {
 #[cfg(feature = "client")]
 impl Decodable for ListOffsetsPartitionResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         let partition_index = types::Int32.decode(buf)?;
         let error_code = types::Int16.decode(buf)?;
-        let timestamp = types::Int64.decode(buf)?;
-        let offset = types::Int64.decode(buf)?;
+        let old_style_offsets = if version == 0 {
+            types::Array(types::Int64).decode(buf)?
+        } else {
+            Vec::new()
+        };
+        let (timestamp, offset) = if version >= 1 {
+            (types::Int64.decode(buf)?, types::Int64.decode(buf)?)
+        } else {
+            (-1, -1)
+        };
         let leader_epoch = if version >= 4 {
             types::Int32.decode(buf)?
         } else {
@@ -196,6 +219,7 @@ impl Decodable for ListOffsetsPartitionResponse {
         Ok(Self {
             partition_index,
             error_code,
+            old_style_offsets,
             timestamp,
             offset,
             leader_epoch,
@@ -209,6 +233,7 @@ impl Default for ListOffsetsPartitionResponse {
         Self {
             partition_index: 0,
             error_code: 0,
+            old_style_offsets: Vec::new(),
             timestamp: -1,
             offset: -1,
             leader_epoch: -1,
@@ -218,11 +243,11 @@ impl Default for ListOffsetsPartitionResponse {
 }
 
 impl Message for ListOffsetsPartitionResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 10 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 10 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-10
+/// Valid versions: 0-10
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsResponse {
@@ -274,7 +299,7 @@ impl ListOffsetsResponse {
 #[cfg(feature = "broker")]
 impl Encodable for ListOffsetsResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         if version >= 2 {
@@ -329,7 +354,7 @@ impl Encodable for ListOffsetsResponse {
 #[cfg(feature = "client")]
 impl Decodable for ListOffsetsResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         let throttle_time_ms = if version >= 2 {
@@ -371,11 +396,11 @@ impl Default for ListOffsetsResponse {
 }
 
 impl Message for ListOffsetsResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 10 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 10 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-10
+/// Valid versions: 0-10
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsTopicResponse {
@@ -427,7 +452,7 @@ impl ListOffsetsTopicResponse {
 #[cfg(feature = "broker")]
 impl Encodable for ListOffsetsTopicResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         if version >= 6 {
@@ -486,7 +511,7 @@ impl Encodable for ListOffsetsTopicResponse {
 #[cfg(feature = "client")]
 impl Decodable for ListOffsetsTopicResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 6 {
@@ -528,7 +553,7 @@ impl Default for ListOffsetsTopicResponse {
 }
 
 impl Message for ListOffsetsTopicResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 10 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 10 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionProduceData {
@@ -69,7 +69,7 @@ impl PartitionProduceData {
 #[cfg(feature = "client")]
 impl Encodable for PartitionProduceData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.index)?;
@@ -119,7 +119,7 @@ impl Encodable for PartitionProduceData {
 #[cfg(feature = "broker")]
 impl Decodable for PartitionProduceData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let index = types::Int32.decode(buf)?;
@@ -157,11 +157,11 @@ impl Default for PartitionProduceData {
 }
 
 impl Message for PartitionProduceData {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProduceRequest {
@@ -241,13 +241,17 @@ impl ProduceRequest {
 #[cfg(feature = "client")]
 impl Encodable for ProduceRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
-        if version >= 9 {
-            types::CompactString.encode(buf, &self.transactional_id)?;
-        } else {
-            types::String.encode(buf, &self.transactional_id)?;
+        if version >= 3 {
+            if version >= 9 {
+                types::CompactString.encode(buf, &self.transactional_id)?;
+            } else {
+                types::String.encode(buf, &self.transactional_id)?;
+            }
+        } else if self.transactional_id.is_some() {
+            bail!("A field is set that is not available on the selected protocol version");
         }
         types::Int16.encode(buf, &self.acks)?;
         types::Int32.encode(buf, &self.timeout_ms)?;
@@ -272,10 +276,12 @@ impl Encodable for ProduceRequest {
     }
     fn compute_size(&self, version: i16) -> Result<usize> {
         let mut total_size = 0;
-        if version >= 9 {
-            total_size += types::CompactString.compute_size(&self.transactional_id)?;
-        } else {
-            total_size += types::String.compute_size(&self.transactional_id)?;
+        if version >= 3 {
+            if version >= 9 {
+                total_size += types::CompactString.compute_size(&self.transactional_id)?;
+            } else {
+                total_size += types::String.compute_size(&self.transactional_id)?;
+            }
         }
         total_size += types::Int16.compute_size(&self.acks)?;
         total_size += types::Int32.compute_size(&self.timeout_ms)?;
@@ -304,13 +310,15 @@ impl Encodable for ProduceRequest {
 #[cfg(feature = "broker")]
 impl Decodable for ProduceRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let transactional_id = if version >= 9 {
             types::CompactString.decode(buf)?
-        } else {
+        } else if version >= 3 {
             types::String.decode(buf)?
+        } else {
+            None
         };
         let acks = types::Int16.decode(buf)?;
         let timeout_ms = types::Int32.decode(buf)?;
@@ -352,11 +360,11 @@ impl Default for ProduceRequest {
 }
 
 impl Message for ProduceRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicProduceData {
@@ -422,7 +430,7 @@ impl TopicProduceData {
 #[cfg(feature = "client")]
 impl Encodable for TopicProduceData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         if version <= 12 {
@@ -492,7 +500,7 @@ impl Encodable for TopicProduceData {
 #[cfg(feature = "broker")]
 impl Decodable for TopicProduceData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let name = if version <= 12 {
@@ -545,7 +553,7 @@ impl Default for TopicProduceData {
 }
 
 impl Message for TopicProduceData {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

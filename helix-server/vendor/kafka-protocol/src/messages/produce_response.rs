@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchIndexAndErrorMessage {
@@ -69,7 +69,7 @@ impl BatchIndexAndErrorMessage {
 #[cfg(feature = "broker")]
 impl Encodable for BatchIndexAndErrorMessage {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         if version >= 8 {
@@ -143,7 +143,7 @@ impl Encodable for BatchIndexAndErrorMessage {
 #[cfg(feature = "client")]
 impl Decodable for BatchIndexAndErrorMessage {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let batch_index = if version >= 8 {
@@ -189,11 +189,11 @@ impl Default for BatchIndexAndErrorMessage {
 }
 
 impl Message for BatchIndexAndErrorMessage {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaderIdAndEpoch {
@@ -245,7 +245,7 @@ impl LeaderIdAndEpoch {
 #[cfg(feature = "broker")]
 impl Encodable for LeaderIdAndEpoch {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         if version >= 10 {
@@ -311,7 +311,7 @@ impl Encodable for LeaderIdAndEpoch {
 #[cfg(feature = "client")]
 impl Decodable for LeaderIdAndEpoch {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let leader_id = if version >= 10 {
@@ -353,11 +353,11 @@ impl Default for LeaderIdAndEpoch {
 }
 
 impl Message for LeaderIdAndEpoch {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeEndpoint {
@@ -437,7 +437,7 @@ impl NodeEndpoint {
 #[cfg(feature = "broker")]
 impl Encodable for NodeEndpoint {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         if version >= 10 {
@@ -531,7 +531,7 @@ impl Encodable for NodeEndpoint {
 #[cfg(feature = "client")]
 impl Decodable for NodeEndpoint {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let node_id = if version >= 10 {
@@ -587,11 +587,11 @@ impl Default for NodeEndpoint {
 }
 
 impl Message for NodeEndpoint {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionProduceResponse {
@@ -727,13 +727,15 @@ impl PartitionProduceResponse {
 #[cfg(feature = "broker")]
 impl Encodable for PartitionProduceResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.index)?;
         types::Int16.encode(buf, &self.error_code)?;
         types::Int64.encode(buf, &self.base_offset)?;
-        types::Int64.encode(buf, &self.log_append_time_ms)?;
+        if version >= 2 {
+            types::Int64.encode(buf, &self.log_append_time_ms)?;
+        }
         if version >= 5 {
             types::Int64.encode(buf, &self.log_start_offset)?;
         }
@@ -789,7 +791,9 @@ impl Encodable for PartitionProduceResponse {
         total_size += types::Int32.compute_size(&self.index)?;
         total_size += types::Int16.compute_size(&self.error_code)?;
         total_size += types::Int64.compute_size(&self.base_offset)?;
-        total_size += types::Int64.compute_size(&self.log_append_time_ms)?;
+        if version >= 2 {
+            total_size += types::Int64.compute_size(&self.log_append_time_ms)?;
+        }
         if version >= 5 {
             total_size += types::Int64.compute_size(&self.log_start_offset)?;
         }
@@ -847,13 +851,17 @@ impl Encodable for PartitionProduceResponse {
 #[cfg(feature = "client")]
 impl Decodable for PartitionProduceResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let index = types::Int32.decode(buf)?;
         let error_code = types::Int16.decode(buf)?;
         let base_offset = types::Int64.decode(buf)?;
-        let log_append_time_ms = types::Int64.decode(buf)?;
+        let log_append_time_ms = if version >= 2 {
+            types::Int64.decode(buf)?
+        } else {
+            -1
+        };
         let log_start_offset = if version >= 5 {
             types::Int64.decode(buf)?
         } else {
@@ -930,11 +938,11 @@ impl Default for PartitionProduceResponse {
 }
 
 impl Message for PartitionProduceResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProduceResponse {
@@ -1000,7 +1008,7 @@ impl ProduceResponse {
 #[cfg(feature = "broker")]
 impl Encodable for ProduceResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         if version >= 9 {
@@ -1008,7 +1016,9 @@ impl Encodable for ProduceResponse {
         } else {
             types::Array(types::Struct { version }).encode(buf, &self.responses)?;
         }
-        types::Int32.encode(buf, &self.throttle_time_ms)?;
+        if version >= 1 {
+            types::Int32.encode(buf, &self.throttle_time_ms)?;
+        }
         if version >= 9 {
             let mut num_tagged_fields = self.unknown_tagged_fields.len();
             if version >= 10 {
@@ -1051,7 +1061,9 @@ impl Encodable for ProduceResponse {
         } else {
             total_size += types::Array(types::Struct { version }).compute_size(&self.responses)?;
         }
-        total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
+        if version >= 1 {
+            total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
+        }
         if version >= 9 {
             let mut num_tagged_fields = self.unknown_tagged_fields.len();
             if version >= 10 {
@@ -1090,7 +1102,7 @@ impl Encodable for ProduceResponse {
 #[cfg(feature = "client")]
 impl Decodable for ProduceResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let responses = if version >= 9 {
@@ -1098,7 +1110,11 @@ impl Decodable for ProduceResponse {
         } else {
             types::Array(types::Struct { version }).decode(buf)?
         };
-        let throttle_time_ms = types::Int32.decode(buf)?;
+        let throttle_time_ms = if version >= 1 {
+            types::Int32.decode(buf)?
+        } else {
+            0
+        };
         let mut node_endpoints = Default::default();
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
@@ -1143,11 +1159,11 @@ impl Default for ProduceResponse {
 }
 
 impl Message for ProduceResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 3-13
+/// Valid versions: 0-13
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicProduceResponse {
@@ -1213,7 +1229,7 @@ impl TopicProduceResponse {
 #[cfg(feature = "broker")]
 impl Encodable for TopicProduceResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         if version <= 12 {
@@ -1284,7 +1300,7 @@ impl Encodable for TopicProduceResponse {
 #[cfg(feature = "client")]
 impl Decodable for TopicProduceResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 3 || version > 13 {
+        if version < 0 || version > 13 {
             bail!("specified version not supported by this message type");
         }
         let name = if version <= 12 {
@@ -1337,7 +1353,7 @@ impl Default for TopicProduceResponse {
 }
 
 impl Message for TopicProduceResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 3, max: 13 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 13 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
