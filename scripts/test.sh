@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+# The vendored Kafka codec carries Helix's patches (legacy message sets,
+# bounded allocations): its own tests run too.
+cargo test -p kafka-protocol --lib
 
 if [[ -d tests ]] && compgen -G "tests/test_*.py" >/dev/null; then
   cargo build --release -p helix-server
