@@ -19,11 +19,14 @@ import os
 import time
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 import clients
 import harness
+import kwire
 from cluster_harness import HelixCluster
+
+ERR_LEADER_NOT_AVAILABLE = 5
 
 pytestmark = [pytest.mark.cluster, pytest.mark.managed,
               pytest.mark.skipif(harness.external_bootstrap() is not None
@@ -59,9 +62,27 @@ def test_a_starting_cluster_answers_metadata_without_disconnects(tmp_path):
         # its listener once its own state is recovered, while it hears no
         # majority, until the others are up.
         cluster.start()
-        cluster.stop()
+        topic = "kept-across-restarts"
+        admin = clients.admin(cluster.node(1).bootstrap)
+        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(timeout=30)
+        clients.wait_for_partitions(cluster.node(1).bootstrap, topic, 1, 30)
+        # Killed: a node restarted after kill -9 has not kept the
+        # controller's commit point.
+        cluster.kill_all()
         first = cluster.node(1)
         first.start()
+        # Alone, it has not learned the controller's commit: it must not
+        # say the topic does not exist (UNKNOWN_TOPIC_OR_PARTITION, 3), only
+        # that it has no leader for it (LEADER_NOT_AVAILABLE, 5).
+        with kwire.Conn("127.0.0.1", first.kafka_port) as conn:
+            try:
+                leaders = conn.leaders(topic)
+                topic_error = 0
+            except kwire.ProtocolError as e:
+                leaders, topic_error = {}, int(str(e).rsplit(" ", 1)[1])
+        assert topic_error == ERR_LEADER_NOT_AVAILABLE or (
+            topic_error == 0 and all(leader == -1 for leader, *_ in leaders.values())), (
+            f"a node not caught up with the controller answered topic error {topic_error}, leaders {leaders}")
         asked, errors = connect_repeatedly(first.bootstrap, 3.0)
         for n in cluster.nodes[1:]:
             n.start(wait=False)

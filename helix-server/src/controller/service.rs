@@ -149,6 +149,15 @@ impl Controller {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether this node's view has caught up with the controller's log:
+    /// a leader of group 0 is known and everything committed is applied.
+    /// A node that just started holds a log whose commit it has not
+    /// learned yet; until then its topic table may lack topics that exist.
+    pub fn caught_up(&self) -> bool {
+        let p = &self.partition;
+        p.leadership().leader.is_some() && self.view().next_offset >= p.high_watermark()
+    }
+
     /// This node's replica of group 0.
     pub fn partition(&self) -> &Arc<Partition> {
         &self.partition

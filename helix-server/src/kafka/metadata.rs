@@ -48,8 +48,14 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
     } else {
         broker_id(broker.controller_id())
     };
+    // A node whose topic table has not caught up with the controller's log
+    // (just started) cannot say a topic does not exist: it answers
+    // LEADER_NOT_AVAILABLE (retriable) for a topic it does not know, and
+    // creates none (Kafka's brokers open their listener only once caught
+    // up with the metadata log).
+    let behind = !broker.controller.caught_up();
     // Before v4 the field does not exist and Kafka auto-creates.
-    let allow_create = (version < 4 || req.allow_auto_topic_creation) && !cut_off;
+    let allow_create = (version < 4 || req.allow_auto_topic_creation) && !cut_off && !behind;
     // v0 has no null: an empty list asks for every topic.
     let every_topic = req
         .topics
@@ -72,7 +78,14 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
                 };
                 out.push(found.map_err(|e| {
                     let mut t = MetadataResponseTopic::default();
-                    t.error_code = e.kafka_code();
+                    t.error_code = match e {
+                        HelixError::UnknownTopicOrPartition | HelixError::UnknownTopicId
+                            if behind =>
+                        {
+                            code(ResponseError::LeaderNotAvailable)
+                        }
+                        e => e.kafka_code(),
+                    };
                     t.name = r.name.clone();
                     t.topic_id = r.topic_id;
                     t
