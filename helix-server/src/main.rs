@@ -3,6 +3,7 @@
 
 mod batcher;
 mod broker;
+mod clock;
 mod cluster;
 mod config;
 mod controller;

@@ -417,7 +417,7 @@ impl TopicTable {
         if log_settings_changed {
             // helix-wal takes these at open: the replicas reopen their logs,
             // then apply the new retention now rather than at the next sweep.
-            let now_ms = now_ms();
+            let now_ms = crate::clock::now_ms();
             for p in topic.local_replicas() {
                 p.reconfigure(log.clone()).await;
                 p.retention(now_ms);
@@ -452,7 +452,7 @@ impl TopicTable {
 
     /// Applies every topic's retention settings to its local replicas.
     pub fn apply_retention(&self) {
-        let now_ms = now_ms();
+        let now_ms = crate::clock::now_ms();
         for p in self.local_replicas() {
             p.retention(now_ms);
         }
@@ -462,11 +462,4 @@ impl TopicTable {
     pub async fn close_all(&self) {
         crate::partition::close_all(&self.local_replicas()).await;
     }
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

@@ -42,7 +42,7 @@ pub(super) fn rejoin(
     hard_state.learner = true;
     vote.store(*hard_state)?;
     let wal_dir = dir.join("wal");
-    let aside = dir.join(format!("wal.damaged-{}", crate::topics::now_ms()));
+    let aside = dir.join(format!("wal.damaged-{}", crate::clock::now_ms()));
     if wal_dir.exists() {
         std::fs::rename(&wal_dir, &aside)?;
     }
