@@ -26,6 +26,7 @@ usage: scripts/layers.py [--with-tests] [--all]
 """
 import os
 import re
+import signal
 import sys
 from collections import defaultdict
 
@@ -279,6 +280,7 @@ def report_crate(name, src, with_tests, show_inner):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     with_tests = "--with-tests" in sys.argv
     show_all = "--all" in sys.argv
     problems = report_crate("helix-server", os.path.join(ROOT, "helix-server/src"), with_tests, show_all)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use helix_raft::{GroupId, MemoryBudget, NodeId};
 use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup, SyncMethod};
 
-use crate::batcher::Backpressure;
+use crate::budget::Backpressure;
 use crate::cluster::ClusterState;
 use crate::cluster::peers::{LinkSlot, PeerHandler, PeerLink, TransportLink};
 use crate::config::{Config, WriteDurability};
@@ -50,7 +50,7 @@ pub struct Broker {
     pub topics: Arc<TopicTable>,
     pub backpressure: Backpressure,
     /// Request bytes being received and processed (`queued_max_request_bytes`).
-    pub request_budget: crate::kafka::frame::RequestBudget,
+    pub request_budget: crate::budget::RequestBudget,
     /// The consumer-group coordinator and its coordinator partitions.
     pub groups: Arc<crate::group::service::GroupService>,
     /// Every replica this node holds.
@@ -189,9 +189,7 @@ impl Broker {
         Ok(Arc::new(Broker {
             producer_ids: ProducerIds::new(controller.clone()),
             backpressure,
-            request_budget: crate::kafka::frame::RequestBudget::new(
-                config.queued_max_request_bytes,
-            ),
+            request_budget: crate::budget::RequestBudget::new(config.queued_max_request_bytes),
             groups,
             host,
             peers,

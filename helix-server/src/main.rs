@@ -3,6 +3,7 @@
 
 mod batcher;
 mod broker;
+mod budget;
 mod clock;
 mod cluster;
 mod config;

@@ -17,7 +17,7 @@ use helix_raft::NodeId;
 
 use super::service::{Applied, Controller, Forwarder};
 use super::{Command, ControllerView};
-use crate::batcher::Backpressure;
+use crate::budget::Backpressure;
 use crate::error::{HelixError, Result};
 use crate::partition::{Partition, internal};
 use crate::topics::TopicTable;

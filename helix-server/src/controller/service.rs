@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Command, ControllerView, Outcome};
-use crate::batcher::Backpressure;
+use crate::budget::Backpressure;
 use crate::error::{HelixError, Result};
 use crate::partition::{Partition, internal};
 

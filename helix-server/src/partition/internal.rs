@@ -13,7 +13,8 @@ use kafka_protocol::records::{
 use tokio::sync::oneshot;
 
 use super::{Partition, batch};
-use crate::batcher::{Backpressure, PendingProduce, ProduceOutcome};
+use crate::batcher::{PendingProduce, ProduceOutcome};
+use crate::budget::Backpressure;
 use crate::error::{HelixError, Result};
 
 /// Bytes read per step while replaying.
