@@ -510,15 +510,6 @@ async fn open_controller(
     })
 }
 
-/// This node's Raft id.
-pub fn node_id(config: &Config) -> Result<NodeId> {
-    u64::try_from(config.node_id)
-        .ok()
-        .filter(|n| *n > 0)
-        .map(NodeId)
-        .ok_or_else(|| HelixError::Config("node_id must be positive".into()))
-}
-
 /// The Raft settings of every group of this node (one memory budget
 /// shared by all of them).
 fn raft_settings(config: &Config) -> RaftSettings {

@@ -80,7 +80,7 @@ impl std::fmt::Debug for ClusterState {
 impl ClusterState {
     /// The members from the configuration (a single node: just itself).
     pub fn new(config: &Config) -> Result<ClusterState> {
-        let me = crate::broker::node_id(config)?;
+        let me = config.raft_node_id()?;
         let members = match &config.cluster {
             Some(cluster) => cluster
                 .nodes

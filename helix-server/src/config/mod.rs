@@ -9,13 +9,18 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use helix_raft::NodeId;
 use serde::Deserialize;
 
 use crate::error::{HelixError, Result};
-use crate::group::GroupConfig;
 
 pub mod cluster;
+mod groups;
 pub use cluster::{Cluster, NodeSpec};
+pub use groups::GroupConfig;
+
+/// Kafka's `producer.id.expiration.ms` default: one day.
+pub const DEFAULT_PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
 
 /// What "durable on one replica" means before a producer is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -432,7 +437,7 @@ impl Default for Config {
             cluster_id: None,
             default_replication_factor: None,
             replica_lag_time_max: Duration::from_secs(10),
-            producer_id_expiration_ms: crate::partition::producers::DEFAULT_EXPIRATION_MS,
+            producer_id_expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval: Duration::from_secs(300),
         }
@@ -466,6 +471,16 @@ fn per_ip_overrides(text: &str) -> Result<std::collections::HashMap<std::net::Ip
 }
 
 impl Config {
+    /// This node's identity in every Raft group and in the peer transport:
+    /// `node_id`, which must be positive.
+    pub fn raft_node_id(&self) -> Result<NodeId> {
+        u64::try_from(self.node_id)
+            .ok()
+            .filter(|n| *n > 0)
+            .map(NodeId)
+            .ok_or_else(|| HelixError::Config("node_id must be positive".into()))
+    }
+
     /// Defaults, then the TOML file named by `--config`, then the flags.
     pub fn load(flags: Flags) -> Result<Config> {
         let file = match &flags.config {

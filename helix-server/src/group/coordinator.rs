@@ -17,8 +17,8 @@ use kafka_protocol::messages::{
     OffsetFetchRequest, SyncGroupRequest,
 };
 
+use super::GroupConfig;
 use super::classic::ClassicGroup;
-use super::config::GroupConfig;
 use super::error::GroupError;
 use super::record::{OffsetRecord, Record, decode_entry, encode_entry};
 use super::response::{Outbox, Proposal, Ready, Waiter};

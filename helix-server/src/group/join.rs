@@ -190,7 +190,7 @@ fn join_unknown(
     group: &mut ClassicGroup,
     join: Join,
     new_id: String,
-    config: &super::config::GroupConfig,
+    config: &super::GroupConfig,
     now_ms: u64,
     out: &mut Outbox,
 ) -> Result<(), GroupError> {
@@ -220,7 +220,7 @@ fn join_unknown(
 fn join_known(
     group: &mut ClassicGroup,
     join: Join,
-    config: &super::config::GroupConfig,
+    config: &super::GroupConfig,
     now_ms: u64,
     out: &mut Outbox,
 ) -> Result<(), GroupError> {
@@ -286,7 +286,7 @@ fn add_member_and_rebalance(
     group: &mut ClassicGroup,
     join: Join,
     member_id: String,
-    config: &super::config::GroupConfig,
+    config: &super::GroupConfig,
     now_ms: u64,
     out: &mut Outbox,
 ) {
@@ -315,7 +315,7 @@ fn replace_static_member(
     join: Join,
     old_id: &str,
     new_id: String,
-    config: &super::config::GroupConfig,
+    config: &super::GroupConfig,
     now_ms: u64,
     out: &mut Outbox,
 ) {

@@ -3,8 +3,8 @@
 //! the leader's assignment is awaited), Stable; and the deadlines that
 //! drive it (session, rebalance and initial-delay timeouts).
 
+use super::GroupConfig;
 use super::classic::{ClassicGroup, GroupState};
-use super::config::GroupConfig;
 use super::error::GroupError;
 use super::record::Record;
 use super::response::{JoinAnswer, Outbox, Waiter};
