@@ -15,6 +15,7 @@ use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup};
 use crate::batcher::BatchLimits;
 use crate::config::{Config, WriteDurability};
 use crate::controller::TopicRecord;
+use crate::controller::applier::ViewFollower;
 use crate::controller::topic_config::EffectiveConfig;
 use crate::error::{HelixError, Result};
 use crate::partition::raft::{GroupSpec, RaftSettings};
@@ -461,5 +462,17 @@ impl TopicTable {
     /// Shutdown: every replica flushes and closes its log.
     pub async fn close_all(&self) {
         crate::partition::close_all(&self.local_replicas()).await;
+    }
+}
+
+/// The table follows the controller's view: each topic change reconciles
+/// this node's replicas of it.
+impl ViewFollower for TopicTable {
+    fn topic_changed<'a>(
+        &'a self,
+        name: &'a str,
+        record: Option<&'a TopicRecord>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + 'a>> {
+        Box::pin(self.reconcile(name, record))
     }
 }
