@@ -10,7 +10,7 @@ its own layer or any layer below, never from one above:
   3 cluster view      cluster
   4 replica host      replica, transport
   5 partition replica partition, batcher
-  6 shared leaves     clock, budget, config, error, metrics, heap
+  6 shared leaves     clock, budget, config, error, ids, metrics, heap
 
 Prints (1) every import from a file of one folder into a file of a higher
 layer ("back edge"), (2) every circle of files that spans more than one
@@ -39,7 +39,7 @@ LAYERS = [
     ("cluster view", ["cluster"]),
     ("replica host", ["replica", "transport"]),
     ("partition replica", ["partition", "batcher"]),
-    ("shared leaves", ["clock", "budget", "config", "error", "metrics", "heap"]),
+    ("shared leaves", ["clock", "budget", "config", "error", "ids", "metrics", "heap"]),
 ]
 RANK = {m: i for i, (_, ms) in enumerate(LAYERS) for m in ms}
 

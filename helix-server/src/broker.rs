@@ -81,7 +81,7 @@ impl Broker {
     ) -> Result<Arc<Broker>> {
         let cluster = Arc::new(ClusterState::new(&config)?);
         let me = cluster.me;
-        let cluster_id = cluster_id(&config)?;
+        let cluster_id = config.resolve_cluster_id()?;
         let logs = LogShared {
             sync_group: SyncGroup::with_method(sync_method(config.write_durability)),
             file_budget: FileBudget::new(FileBudget::DEFAULT_MAX_MAPPED),
@@ -307,7 +307,7 @@ impl Broker {
             }
         };
         topic_config::check_replication(&configs, replicas.first().map_or(0, Vec::len))?;
-        let id = random_uuid();
+        let id = crate::ids::random_uuid();
         let command = Command::CreateTopic {
             name: name.to_string(),
             id: id.to_string(),
@@ -520,46 +520,4 @@ fn raft_settings(config: &Config) -> RaftSettings {
         node_budget: Some(MemoryBudget::new(config.raft_memory_budget_bytes)),
         ..RaftSettings::default()
     }
-}
-
-/// The cluster id: configured, or derived from the member list alike on
-/// every node; a single node creates one and keeps it in its data directory.
-fn cluster_id(config: &Config) -> Result<String> {
-    if let Some(id) = &config.cluster_id {
-        return Ok(id.clone());
-    }
-    if let Some(c) = &config.cluster {
-        return Ok(c.derived_id());
-    }
-    let path = config.data_dir.join("cluster-id");
-    match std::fs::read_to_string(&path) {
-        Ok(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
-        Ok(_) | Err(_) => {
-            std::fs::create_dir_all(&config.data_dir)?;
-            let id = random_uuid().simple().to_string();
-            std::fs::write(&path, &id)?;
-            Ok(id)
-        }
-    }
-}
-
-/// A random (v4-shaped) UUID from the standard library's per-process
-/// random hasher keys and the clock; topic ids need uniqueness, not secrecy.
-pub fn random_uuid() -> uuid::Uuid {
-    use std::hash::{BuildHasher, Hasher};
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let mut words = [0u64; 2];
-    for (i, w) in words.iter_mut().enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(nanos);
-        h.write_usize(i);
-        *w = h.finish();
-    }
-    uuid::Builder::from_random_bytes(
-        ((u128::from(words[0]) << 64) | u128::from(words[1])).to_be_bytes(),
-    )
-    .into_uuid()
 }

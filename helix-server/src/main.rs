@@ -12,6 +12,7 @@ mod endpoint;
 mod error;
 mod group;
 mod heap;
+mod ids;
 mod kafka;
 mod metrics;
 mod partition;

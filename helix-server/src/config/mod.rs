@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use helix_raft::NodeId;
 use serde::Deserialize;
 
 use crate::error::{HelixError, Result};
 
 pub mod cluster;
 mod groups;
+mod identity;
 pub use cluster::{Cluster, NodeSpec};
 pub use groups::GroupConfig;
 
@@ -471,16 +471,6 @@ fn per_ip_overrides(text: &str) -> Result<std::collections::HashMap<std::net::Ip
 }
 
 impl Config {
-    /// This node's identity in every Raft group and in the peer transport:
-    /// `node_id`, which must be positive.
-    pub fn raft_node_id(&self) -> Result<NodeId> {
-        u64::try_from(self.node_id)
-            .ok()
-            .filter(|n| *n > 0)
-            .map(NodeId)
-            .ok_or_else(|| HelixError::Config("node_id must be positive".into()))
-    }
-
     /// Defaults, then the TOML file named by `--config`, then the flags.
     pub fn load(flags: Flags) -> Result<Config> {
         let file = match &flags.config {

@@ -285,7 +285,7 @@ pub async fn establish(
             let id = NodeIdentity {
                 cluster_id: cluster_id.to_string(),
                 node_id: config.node_id,
-                incarnation: crate::broker::random_uuid().simple().to_string(),
+                incarnation: crate::ids::random_uuid().simple().to_string(),
                 membership,
             };
             id.store(data_dir)?;
