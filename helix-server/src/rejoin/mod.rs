@@ -31,6 +31,7 @@ use helix_wal::Durability;
 use crate::cluster::peers::PeerLink;
 use crate::config::Config;
 use crate::error::Result;
+use crate::partition::learner::LearnerAtOpen;
 use crate::partition::raft::HardStateFile;
 use formation::{Start, StatusAnswer, Witnesses};
 use identity::{Membership, NodeIdentity};
@@ -217,6 +218,21 @@ impl Standing {
             *slot = Some(identity);
         }
         self.formed.store(true, Ordering::Release);
+    }
+}
+
+/// Every replica opened on this node asks the standing whether it starts
+/// as a learner.
+impl LearnerAtOpen for Standing {
+    fn learner_at_open(
+        &self,
+        dir: &Path,
+        has_state: bool,
+        page_cache_mark: Option<&[u64]>,
+        durability: Durability,
+        voters: &[NodeId],
+    ) -> Option<&'static str> {
+        Standing::learner_at_open(self, dir, has_state, page_cache_mark, durability, voters)
     }
 }
 
