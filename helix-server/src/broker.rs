@@ -13,8 +13,9 @@ use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup, SyncMethod};
 
 use crate::budget::Backpressure;
 use crate::cluster::ClusterState;
-use crate::cluster::peers::{LinkSlot, PeerHandler, PeerLink, TransportLink};
+use crate::cluster::peers::{CallService, LinkSlot, PeerHandler, PeerLink, TransportLink};
 use crate::config::{Config, WriteDurability};
+use crate::controller::forward::{CALL_CONTROLLER_SUBMIT, ForwardedCalls};
 use crate::controller::producer_ids::ProducerIds;
 use crate::controller::service::Controller;
 use crate::controller::topic_config;
@@ -103,10 +104,18 @@ impl Broker {
         )?;
         // The transport runs before any group does: a node deciding how it
         // starts asks its peers, and answers theirs, first (ADR 0018).
+        let controller_calls = Arc::new(ForwardedCalls::default());
         let peers = Arc::new(PeerHandler::new(
             host.clone(),
             cluster.clone(),
             standing.clone(),
+            vec![
+                (
+                    crate::rejoin::CALL_STATUS,
+                    standing.clone() as Arc<dyn CallService>,
+                ),
+                (CALL_CONTROLLER_SUBMIT, controller_calls.clone()),
+            ],
         ));
         let transport = match (&config.cluster, link_to) {
             (Some(_), Some(l)) => {
@@ -177,7 +186,7 @@ impl Broker {
             crate::group::service::GroupService::open(&factory, &cluster, &backpressure).await?;
         topics.insert(groups.internal_topic());
         standing.set_opened();
-        peers.set_controller(controller.clone());
+        controller_calls.set(controller.clone());
         cluster.set_liveness(link.clone());
         tokio::spawn(applier::run(controller.clone(), topics.clone()));
         tokio::spawn(crate::cluster::gossip::run(

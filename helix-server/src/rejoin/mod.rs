@@ -28,7 +28,7 @@ use bytes::Bytes;
 use helix_raft::NodeId;
 use helix_wal::Durability;
 
-use crate::cluster::peers::PeerLink;
+use crate::cluster::peers::{BoxFuture, CallService, PeerLink, PeerWitness};
 use crate::config::Config;
 use crate::error::Result;
 use crate::partition::learner::LearnerAtOpen;
@@ -233,6 +233,27 @@ impl LearnerAtOpen for Standing {
         voters: &[NodeId],
     ) -> Option<&'static str> {
         Standing::learner_at_open(self, dir, has_state, page_cache_mark, durability, voters)
+    }
+}
+
+/// Peers' status calls ([`CALL_STATUS`]) are answered from the standing,
+/// as it is when the call arrives (also while the node is still deciding).
+impl CallService for Standing {
+    fn serve(&self, from: NodeId, _body: Bytes) -> BoxFuture<std::result::Result<Bytes, String>> {
+        let status = self.answer(from);
+        Box::pin(async move {
+            serde_json::to_vec(&status)
+                .map(Bytes::from)
+                .map_err(|e| format!("cannot encode the status: {e}"))
+        })
+    }
+}
+
+/// A node sends only once it has formed: every peer heard from takes part,
+/// and if it ever comes back on a new directory, this node says so.
+impl PeerWitness for Standing {
+    fn heard_from(&self, from: NodeId) {
+        Standing::heard_from(self, from);
     }
 }
 
