@@ -6,7 +6,7 @@ its own layer or any layer below, never from one above:
 
   0 entry points      main, server, endpoint, status
   1 Kafka front end   kafka
-  2 node services     broker, topics, group, controller, rejoin, scrubber
+  2 node services     admin, broker, topics, group, controller, rejoin, scrubber
   3 cluster view      cluster
   4 replica host      replica, transport
   5 partition replica partition, batcher
@@ -20,7 +20,8 @@ Exits 1 when (1) or (2) is not empty, so CI can hold the line.
 
 Imports are read from the source text: `crate::` and `super::` paths,
 including `use` trees with braces, in code and in `use` lines. Unit-test
-files (`tests.rs`, `*_tests.rs`, `tests/` folders) are left out unless --with-tests.
+files (`tests.rs`, `*_tests.rs`, `tests/` folders, any module declared
+`#[cfg(test)] mod name;`) are left out unless --with-tests.
 
 usage: scripts/layers.py [--with-tests] [--all]
 """
@@ -35,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = [
     ("entry points", ["main", "server", "endpoint", "status"]),
     ("Kafka front end", ["kafka"]),
-    ("node services", ["broker", "topics", "group", "controller", "rejoin", "scrubber"]),
+    ("node services", ["admin", "broker", "topics", "group", "controller", "rejoin", "scrubber"]),
     ("cluster view", ["cluster"]),
     ("replica host", ["replica", "transport"]),
     ("partition replica", ["partition", "batcher"]),
@@ -102,14 +103,30 @@ def expand_tree(s, i):
     return paths, i
 
 
-def read_crate(src, with_tests):
-    files = {}
+def test_modules(src):
+    """Module paths declared `#[cfg(test)] mod name;` anywhere in the crate."""
+    out = set()
     for dirpath, _, names in os.walk(src):
         for n in names:
             if n.endswith(".rs"):
                 rel = os.path.relpath(os.path.join(dirpath, n), src)
-                if with_tests or not is_test(rel):
-                    files[rel] = module_path(rel)
+                text = open(os.path.join(src, rel), encoding="utf-8").read()
+                for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod (\w+);", text):
+                    out.add(tuple(module_path(rel) + [m.group(1)]))
+    return out
+
+
+def read_crate(src, with_tests):
+    files = {}
+    tests = test_modules(src)
+    for dirpath, _, names in os.walk(src):
+        for n in names:
+            if n.endswith(".rs"):
+                rel = os.path.relpath(os.path.join(dirpath, n), src)
+                mp = module_path(rel)
+                in_test = is_test(rel) or any(tuple(mp[: len(t)]) == t for t in tests)
+                if with_tests or not in_test:
+                    files[rel] = mp
     by_module = {tuple(mp): rel for rel, mp in files.items()}
     # Test files are still modules a path can name, even when left out.
     for dirpath, _, names in os.walk(src):
