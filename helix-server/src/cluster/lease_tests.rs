@@ -9,7 +9,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, ProduceRequest};
 
-use super::tests::{TestCluster, leader_of, wait_until};
+use super::harness::{TestCluster, leader_of, wait_until};
 use crate::broker::Broker;
 use crate::error::HelixError;
 use crate::kafka::{fetch, produce, wire_topic};
