@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use helix_raft::{GroupId, MemoryBudget, NodeId};
 use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup, SyncMethod};
+use kafka_protocol::error::ResponseError;
 
 use crate::budget::Backpressure;
 use crate::cluster::ClusterState;
@@ -247,10 +248,9 @@ impl Broker {
             .create_topic(name, -1, -1, None, BTreeMap::new(), false)
             .await
         {
-            Ok(_) | Err(HelixError::TopicAlreadyExists(_)) => {
-                self.topic(name).ok_or(HelixError::UnknownTopicOrPartition)
-            }
-            Err(HelixError::Remote(code, _)) if code == TOPIC_ALREADY_EXISTS => {
+            // Created meanwhile, here or through another node.
+            Ok(_) => self.topic(name).ok_or(HelixError::UnknownTopicOrPartition),
+            Err(e) if e.is(ResponseError::TopicAlreadyExists) => {
                 self.topic(name).ok_or(HelixError::UnknownTopicOrPartition)
             }
             Err(e) => Err(e),
@@ -471,8 +471,6 @@ impl Broker {
         }
     }
 }
-
-const TOPIC_ALREADY_EXISTS: i16 = 36;
 
 /// How fsync rounds flush. With fsync durability every log is flushed and one
 /// `syncfs` covers them all. With replication-only only the controller's log

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use helix_raft::{NodeId, Role};
+use kafka_protocol::error::ResponseError;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -224,11 +225,11 @@ impl Controller {
 
 /// Whether a submit may be tried again: leadership moved or is unknown.
 fn retriable(e: &HelixError) -> bool {
-    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    const NOT_CONTROLLER: i16 = 41;
     match e {
         HelixError::NotController | HelixError::NotLeader | HelixError::RaftBackpressure => true,
-        HelixError::Remote(code, _) => *code == NOT_CONTROLLER || *code == NOT_LEADER_OR_FOLLOWER,
+        HelixError::Remote(..) => {
+            e.is(ResponseError::NotController) || e.is(ResponseError::NotLeaderOrFollower)
+        }
         _ => false,
     }
 }
