@@ -4,14 +4,13 @@
 //! and the produce backpressure budget, and offers the few operations
 //! handlers need on them; the work itself lives in those modules.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use helix_raft::{GroupId, MemoryBudget, NodeId};
 use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup, SyncMethod};
-use kafka_protocol::error::ResponseError;
 
+use crate::admin::TopicAdmin;
 use crate::budget::Backpressure;
 use crate::cluster::ClusterState;
 use crate::cluster::peers::{CallService, LinkSlot, PeerHandler, PeerLink, TransportLink};
@@ -19,8 +18,7 @@ use crate::config::{Config, WriteDurability};
 use crate::controller::forward::{CALL_CONTROLLER_SUBMIT, ForwardedCalls};
 use crate::controller::producer_ids::ProducerIds;
 use crate::controller::service::Controller;
-use crate::controller::topic_config;
-use crate::controller::{Command, TopicRecord, applier, placement, validate_topic_name};
+use crate::controller::{TopicRecord, applier};
 use crate::error::{HelixError, Result};
 use crate::partition::raft::RaftSettings;
 use crate::replica::{HostSettings, ReplicaHost};
@@ -29,18 +27,6 @@ use crate::transport::{Transport, TransportConfig};
 
 /// How often retention is applied to every partition.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
-
-/// How long a new topic's creation waits for its partitions' leaders.
-const LEADERS_WAIT: Duration = Duration::from_secs(5);
-
-/// A topic just created (or validated).
-#[derive(Debug, Clone)]
-pub struct NewTopic {
-    pub id: uuid::Uuid,
-    pub partitions: i32,
-    pub replication_factor: i16,
-    pub configs: BTreeMap<String, String>,
-}
 
 /// The node.
 #[derive(Debug)]
@@ -65,6 +51,8 @@ pub struct Broker {
     pub transport: Option<Transport>,
     /// Producer ids for idempotent producers.
     producer_ids: Arc<ProducerIds>,
+    /// Creating, deleting and reconfiguring topics.
+    pub admin: TopicAdmin,
 }
 
 impl Broker {
@@ -197,6 +185,7 @@ impl Broker {
             config.raft_tick,
         ));
         Ok(Arc::new(Broker {
+            admin: TopicAdmin::new(&config, cluster.clone(), controller.clone(), topics.clone()),
             producer_ids: ProducerIds::new(controller.clone()),
             backpressure,
             request_budget: crate::budget::RequestBudget::new(config.queued_max_request_bytes),
@@ -233,217 +222,6 @@ impl Broker {
         self.cluster
             .controller(self.controller.partition())
             .unwrap_or(self.cluster.me)
-    }
-
-    /// The topic, created with the defaults if auto-creation is on.
-    pub async fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
-        if let Some(t) = self.topic(name) {
-            return Ok(t);
-        }
-        if !self.config.auto_create_topics {
-            return Err(HelixError::UnknownTopicOrPartition);
-        }
-        validate_topic_name(name)?;
-        match self
-            .create_topic(name, -1, -1, None, BTreeMap::new(), false)
-            .await
-        {
-            // Created meanwhile, here or through another node.
-            Ok(_) => self.topic(name).ok_or(HelixError::UnknownTopicOrPartition),
-            Err(e) if e.is(ResponseError::TopicAlreadyExists) => {
-                self.topic(name).ok_or(HelixError::UnknownTopicOrPartition)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The replication factor of topics created without one.
-    pub fn default_replication_factor(&self) -> i16 {
-        let nodes = self.cluster.members.len() as i16;
-        self.config
-            .default_replication_factor
-            .unwrap_or(nodes.min(3))
-    }
-
-    /// CreateTopics: `partitions` and `replication_factor` -1 mean the
-    /// defaults; `assignments` (partition → nodes) replace both.
-    pub async fn create_topic(
-        &self,
-        name: &str,
-        partitions: i32,
-        replication_factor: i16,
-        assignments: Option<Vec<Vec<u64>>>,
-        configs: BTreeMap<String, String>,
-        validate_only: bool,
-    ) -> Result<NewTopic> {
-        validate_topic_name(name)?;
-        let configs = topic_config::validate_all(&configs)?;
-        let members = self.cluster.member_ids();
-        let replicas = match assignments {
-            Some(sets) => {
-                if partitions != -1 || replication_factor != -1 {
-                    return Err(HelixError::InvalidRequest(
-                        "give either replica assignments or partitions and replication factor"
-                            .into(),
-                    ));
-                }
-                sets
-            }
-            None => {
-                let partitions = if partitions == -1 {
-                    self.config.default_partitions
-                } else {
-                    partitions
-                };
-                if !(1..=crate::controller::MAX_PARTITIONS).contains(&partitions) {
-                    return Err(HelixError::InvalidPartitions(format!(
-                        "{partitions} partitions: must be 1..={}",
-                        crate::controller::MAX_PARTITIONS
-                    )));
-                }
-                let rf = if replication_factor == -1 {
-                    self.default_replication_factor()
-                } else {
-                    replication_factor
-                };
-                let view = &self.controller.view().view;
-                placement::assign(
-                    &members,
-                    usize::try_from(rf).unwrap_or(0),
-                    partitions as usize,
-                    view,
-                )?
-            }
-        };
-        topic_config::check_replication(&configs, replicas.first().map_or(0, Vec::len))?;
-        let id = crate::ids::random_uuid();
-        let command = Command::CreateTopic {
-            name: name.to_string(),
-            id: id.to_string(),
-            partitions: replicas.len() as i32,
-            configs: configs.clone(),
-            replicas: replicas.clone(),
-        };
-        self.controller.view().view.validate(&command, &members)?;
-        let created = NewTopic {
-            id,
-            partitions: replicas.len() as i32,
-            replication_factor: replicas.first().map_or(0, |r| r.len() as i16),
-            configs,
-        };
-        if validate_only {
-            return Ok(created);
-        }
-        self.controller.submit(command).await?;
-        self.wait_for_leaders(name).await;
-        Ok(created)
-    }
-
-    /// Waits (bounded) until every partition of a new topic has a known
-    /// leader, so clients that produce right away find one.
-    async fn wait_for_leaders(&self, name: &str) {
-        let deadline = tokio::time::Instant::now() + LEADERS_WAIT;
-        while tokio::time::Instant::now() < deadline {
-            let Some(t) = self.topic(name) else { return };
-            // A leader known everywhere, and serving where it is this node.
-            let all = t.partitions.iter().all(|p| {
-                self.cluster
-                    .leadership(p.group, p.local.as_deref())
-                    .is_some_and(|l| {
-                        l.leader != self.cluster.me
-                            || p.local.as_ref().is_some_and(|r| r.leadership().serving)
-                    })
-            });
-            if all {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        tracing::info!(topic = name, "created; some partitions have no leader yet");
-    }
-
-    pub async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid> {
-        let topic = self
-            .topic(name)
-            .ok_or(HelixError::UnknownTopicOrPartition)?;
-        if topic.internal {
-            return Err(HelixError::InvalidRequest(format!(
-                "{name} is an internal topic"
-            )));
-        }
-        self.controller
-            .submit(Command::DeleteTopic { name: name.into() })
-            .await?;
-        Ok(topic.id)
-    }
-
-    pub async fn create_partitions(
-        &self,
-        name: &str,
-        count: i32,
-        assignments: Option<Vec<Vec<u64>>>,
-        validate_only: bool,
-    ) -> Result<()> {
-        let topic = self
-            .topic(name)
-            .ok_or(HelixError::UnknownTopicOrPartition)?;
-        if topic.internal {
-            return Err(HelixError::InvalidRequest(format!(
-                "{name} is an internal topic"
-            )));
-        }
-        let members = self.cluster.member_ids();
-        let old = topic.partitions.len() as i32;
-        let rf = topic.partitions.first().map_or(1, |p| p.replicas.len());
-        let replicas = match assignments {
-            Some(sets) => sets,
-            None => {
-                let view = &self.controller.view().view;
-                placement::assign(&members, rf, (count - old).max(0) as usize, view)?
-            }
-        };
-        let command = Command::CreatePartitions {
-            name: name.into(),
-            count,
-            replicas,
-        };
-        self.controller.view().view.validate(&command, &members)?;
-        if validate_only {
-            return Ok(());
-        }
-        self.controller.submit(command).await?;
-        self.wait_for_leaders(name).await;
-        Ok(())
-    }
-
-    /// Replaces a topic's overrides (AlterConfigs, IncrementalAlterConfigs
-    /// compute the new set).
-    pub async fn set_topic_configs(
-        &self,
-        name: &str,
-        configs: BTreeMap<String, String>,
-        validate_only: bool,
-    ) -> Result<()> {
-        let configs = topic_config::validate_all(&configs)?;
-        let topic = self
-            .topic(name)
-            .ok_or(HelixError::UnknownTopicOrPartition)?;
-        if topic.internal {
-            return Err(HelixError::InvalidConfig(format!(
-                "{name} is an internal topic"
-            )));
-        }
-        topic_config::check_replication(&configs, topic.replication_factor())?;
-        if validate_only {
-            return Ok(());
-        }
-        self.controller
-            .submit(Command::SetTopicConfigs {
-                name: name.into(),
-                configs,
-            })
-            .await?;
-        Ok(())
     }
 
     /// InitProducerId without a transactional id: a fresh id, epoch 0.

@@ -25,6 +25,7 @@ async fn a_topic_created_anywhere_is_replicated_byte_for_byte_and_led_by_its_pre
         .find(|n| *n != controller)
         .expect("another node");
     c.broker(asker)
+        .admin
         .create_topic("t", 3, 3, None, Default::default(), false)
         .await
         .expect("created through a follower of the controller");
@@ -97,6 +98,7 @@ async fn a_topic_created_anywhere_is_replicated_byte_for_byte_and_led_by_its_pre
 async fn an_isolated_leader_stops_acknowledging_the_majority_carries_on_and_it_rejoins() {
     let c = TestCluster::start(3).await;
     c.broker(1)
+        .admin
         .create_topic("f", 1, 3, None, Default::default(), false)
         .await
         .expect("created");
@@ -165,6 +167,7 @@ async fn a_follower_behind_the_leaders_memory_is_caught_up_from_the_wal() {
     // during catch-up, but would look like one here.
     let c = TestCluster::start_with(3, false).await;
     c.broker(1)
+        .admin
         .create_topic("w", 1, 3, None, Default::default(), false)
         .await
         .expect("created");
@@ -300,6 +303,7 @@ async fn a_commit_acknowledged_before_the_coordinator_is_cut_off_is_served_by_th
     use kafka_protocol::protocol::{Decodable, StrBytes};
     let c = TestCluster::start(3).await;
     c.broker(1)
+        .admin
         .create_topic("t", 1, 3, None, Default::default(), false)
         .await
         .expect("created");
