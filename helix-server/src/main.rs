@@ -31,7 +31,7 @@ use tracing_subscriber::EnvFilter;
 fn main() {
     heap::configure();
     let flags = config::Flags::parse();
-    if let Some(config::Command::Status(args)) = &flags.command {
+    if let Some(config::CliCommand::Status(args)) = &flags.command {
         std::process::exit(status_command(args));
     }
     let config = match config::Config::load(flags) {

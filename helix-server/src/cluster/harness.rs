@@ -10,7 +10,7 @@ use helix_raft::NodeId;
 
 use super::peers::{BoxFuture, PeerLink};
 use crate::broker::Broker;
-use crate::config::{Cluster, Config, NodeSpec};
+use crate::config::{Config, Members, NodeSpec};
 use crate::error::{HelixError, Result};
 use crate::replica::Lane;
 
@@ -117,7 +117,7 @@ impl TestCluster {
         let config = Config {
             node_id: i as i32 + 1,
             data_dir: self.dirs[i].path().to_path_buf(),
-            cluster: Some(Cluster::new(self.nodes.clone(), i as i32 + 1).expect("cluster")),
+            cluster: Some(Members::new(self.nodes.clone(), i as i32 + 1).expect("cluster")),
             advertised: self.nodes[i].kafka.clone(),
             replica_lag_time_max: Duration::from_millis(1500),
             leader_imbalance_check_interval: Duration::from_millis(500),

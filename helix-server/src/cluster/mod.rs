@@ -55,7 +55,7 @@ pub const DOWN_AFTER: Duration = leaders::STALE_AFTER;
 
 /// What is known of a partition's leadership.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Leadership {
+pub struct LeaderView {
     pub leader: NodeId,
     pub term: Term,
     pub isr: Vec<NodeId>,
@@ -152,18 +152,18 @@ impl ClusterState {
     /// while the majority elects another. (The reports it still holds of
     /// the other nodes' groups are kept: they send a client it serves to
     /// the majority.)
-    pub fn leadership(&self, group: GroupId, local: Option<&Partition>) -> Option<Leadership> {
+    pub fn leadership(&self, group: GroupId, local: Option<&Partition>) -> Option<LeaderView> {
         let reported = self.leaders.get(group);
         let from_local = local.and_then(|p| {
             let l = p.leadership();
             match (l.role, l.leader) {
                 (Role::Leader, _) if !p.holds_lease() => None,
-                (Role::Leader, _) => Some(Leadership {
+                (Role::Leader, _) => Some(LeaderView {
                     leader: self.me,
                     term: l.term,
                     isr: p.isr(),
                 }),
-                (_, Some(leader)) => Some(Leadership {
+                (_, Some(leader)) => Some(LeaderView {
                     leader,
                     term: l.term,
                     isr: reported
@@ -175,7 +175,7 @@ impl ClusterState {
                 (_, None) => None,
             }
         });
-        let from_report = reported.map(|r| Leadership {
+        let from_report = reported.map(|r| LeaderView {
             leader: r.leader,
             term: r.term,
             isr: r.isr,

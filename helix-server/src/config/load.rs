@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{BackpressureMode, Cluster, Config, Flags, LogFormat, NodeSpec, WriteDurability};
+use super::{BackpressureMode, Config, Flags, LogFormat, Members, NodeSpec, WriteDurability};
 use crate::error::{HelixError, Result};
 
 /// The TOML file: the same settings as [`Flags`], all optional.
@@ -166,7 +166,7 @@ impl Config {
             c.metrics_listen_chosen = true;
         }
         if let Some(nodes) = file.nodes {
-            let cluster = Cluster::new(nodes, c.node_id)?;
+            let cluster = Members::new(nodes, c.node_id)?;
             if !listen_given {
                 c.listen = cluster.kafka_listen()?;
             }

@@ -11,12 +11,12 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use serde::Deserialize;
 
-pub mod cluster;
 mod groups;
 mod identity;
 mod load;
-pub use cluster::{Cluster, NodeSpec};
+pub mod members;
 pub use groups::GroupConfig;
+pub use members::{Members, NodeSpec};
 
 /// Kafka's `producer.id.expiration.ms` default: one day.
 pub const DEFAULT_PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
@@ -55,7 +55,7 @@ pub enum LogFormat {
 
 /// What `helix-server` does besides serving (the default).
 #[derive(Debug, clap::Subcommand)]
-pub enum Command {
+pub enum CliCommand {
     /// Print the cluster as any node shows it: nodes, partitions, leaders,
     /// ISR, end offsets, consumer groups and their lag.
     Status(StatusArgs),
@@ -88,7 +88,7 @@ pub const DEFAULT_METRICS_PORT: u16 = 9644;
 )]
 pub struct Flags {
     #[command(subcommand)]
-    pub command: Option<Command>,
+    pub command: Option<CliCommand>,
     /// TOML file with any of the settings below (same names, snake_case).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -321,7 +321,7 @@ pub struct Config {
     /// 128 MiB); proposals wait (REQUEST_TIMED_OUT, retried) beyond it.
     pub raft_memory_budget_bytes: usize,
     /// The cluster (`[[nodes]]`); None: a single node of its own.
-    pub cluster: Option<Cluster>,
+    pub cluster: Option<Members>,
     /// The cluster id; default derived from the member list (a single node
     /// keeps a random one in its data directory).
     pub cluster_id: Option<String>,

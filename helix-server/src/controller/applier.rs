@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use helix_raft::NodeId;
 
-use super::service::{Applied, Controller, Forwarder};
+use super::service::{AppliedView, Controller, Forwarder};
 use super::{Command, ControllerView, TopicRecord};
 use crate::budget::Backpressure;
 use crate::error::{HelixError, Result};
@@ -65,7 +65,7 @@ pub fn open(
     } else {
         read_checkpoint(&checkpoint)?.min(partition.high_watermark())
     };
-    let mut applied = Applied::default();
+    let mut applied = AppliedView::default();
     let next = internal::for_each_value(&partition, 0, end, |offset, value| {
         let command = decode(offset, &value)?;
         // Nobody waits for these outcomes: their proposers were answered

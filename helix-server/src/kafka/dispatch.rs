@@ -21,7 +21,8 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::segmented::{self, Frame};
 use super::{
-    api_versions, cluster, configs, fetch, list_offsets, metadata, produce, records, topics,
+    api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce, records,
+    topics,
 };
 use crate::broker::Broker;
 use crate::error::{HelixError, Result};
@@ -242,9 +243,9 @@ async fn route(
         RequestKind::InitProducerId(req) => r.answer(async move {
             ResponseKind::InitProducerId(produce::init_producer_id(&b, req).await)
         }),
-        RequestKind::DescribeCluster(req) => {
-            r.answer(async move { ResponseKind::DescribeCluster(cluster::describe(&b, req, v)) })
-        }
+        RequestKind::DescribeCluster(req) => r.answer(async move {
+            ResponseKind::DescribeCluster(describe_cluster::describe(&b, req, v))
+        }),
         RequestKind::DeleteRecords(req) => {
             r.answer(
                 async move { ResponseKind::DeleteRecords(records::delete_records(&b, req).await) },
