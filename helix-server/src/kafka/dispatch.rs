@@ -12,20 +12,20 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
     ApiKey, FetchRequest, OffsetCommitRequest, OffsetCommitResponse, RequestHeader, RequestKind,
-    ResponseHeader, ResponseKind,
+    ResponseKind,
 };
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::Decodable;
 
-use super::segmented::{self, Frame};
+use super::segmented::{self, Frame, encode};
 use super::{
     api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce, records,
     topics,
 };
 use crate::broker::Broker;
-use crate::error::{HelixError, Result};
+use crate::error::Result;
 
 /// A response still being computed: resolves to the encoded frame, or
 /// None when the request gets no response (Produce with acks=0); an error
@@ -322,27 +322,4 @@ fn group_call(
 
 fn ready(encoded: Result<Bytes>) -> PendingResponse {
     Box::pin(async move { encoded.map(|b| Some(Frame::whole(b))) })
-}
-
-/// Encodes a whole response frame (length, header, body) for `version`. A failure here is a
-/// broker bug (a field the version lacks); the connection is closed.
-pub fn encode(
-    key: ApiKey,
-    version: i16,
-    correlation_id: i32,
-    body: &ResponseKind,
-) -> Result<Bytes> {
-    let mut buf = BytesMut::with_capacity(64);
-    buf.put_i32(0); // the frame length, filled in below
-    let mut header = ResponseHeader::default();
-    header.correlation_id = correlation_id;
-    header
-        .encode(&mut buf, key.response_header_version(version))
-        .map_err(|e| HelixError::InvalidRequest(format!("encoding {key:?} header: {e}")))?;
-    body.encode(&mut buf, version)
-        .map_err(|e| HelixError::InvalidRequest(format!("encoding {key:?} v{version}: {e:#}")))?;
-    let len = i32::try_from(buf.len() - 4)
-        .map_err(|_| HelixError::InvalidRequest(format!("{key:?} response above 2 GiB")))?;
-    buf[0..4].copy_from_slice(&len.to_be_bytes());
-    Ok(buf.freeze())
 }

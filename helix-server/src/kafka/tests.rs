@@ -577,7 +577,7 @@ async fn fetch_frames_carry_the_wal_slices_themselves() {
             );
             wal.push(records);
         }
-        let expected = dispatch::encode(ApiKey::Fetch, version, 1, &resp.clone().into())
+        let expected = super::segmented::encode(ApiKey::Fetch, version, 1, &resp.clone().into())
             .expect("plain encode");
         let frame = super::segmented::encode_fetch(version, 1, resp).expect("segmented");
         for records in &wal {
