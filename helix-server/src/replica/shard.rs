@@ -11,16 +11,16 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use helix_raft::{GroupId, LogIndex, MessageBatch, MultiRaft, NodeId, RaftGroup, encode_batch};
-use tokio::sync::{mpsc, oneshot};
+use helix_raft::{GroupId, LogIndex, MessageBatch, MultiRaft, NodeId, encode_batch};
+use tokio::sync::mpsc;
 
 use super::catch_up::CatchUps;
+use super::input::ShardInput;
 use super::isr::{CaughtUp, IsrTracker};
 use super::payload::{MAX_PAYLOAD_BYTES, split_to_fit};
 use super::syncer::Syncer;
 use super::{Lane, Outbox};
-use crate::batcher::Work;
-use crate::error::{HelixError, Result};
+use crate::error::HelixError;
 use crate::partition::Published;
 use crate::partition::raft::HardStateFile;
 use crate::partition::state::PartitionState;
@@ -34,30 +34,6 @@ const MAX_INPUTS_PER_ROUND: usize = 1024;
 
 /// Kind byte in front of a Raft message batch on the peer transport.
 pub const PAYLOAD_RAFT: u8 = 1;
-
-/// What a shard is asked to do.
-pub enum ShardInput {
-    Tick,
-    Install {
-        group: Box<RaftGroup>,
-        state: Box<PartitionState>,
-        /// Where the shard publishes the replica's leader lease.
-        published: Arc<Published>,
-        reply: oneshot::Sender<Result<()>>,
-    },
-    Work(GroupId, Work),
-    Peer(MessageBatch),
-    Campaign(GroupId),
-    /// The connection to this node broke (its process likely died).
-    PeerLost(NodeId),
-    /// Graceful shutdown: hand every led group to its best follower.
-    StepDownAll,
-    /// The syncer finished a round asked for by this shard.
-    Synced,
-    /// The Raft status of every group of the shard (metrics).
-    Observe(oneshot::Sender<Vec<(GroupId, helix_raft::Status)>>),
-    Stop,
-}
 
 pub struct Shard {
     index: usize,
