@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """3-node side-by-side benchmark: Helix (scripts/local-cluster.sh) or Apache
-Kafka (../shared/bench/kafka/cluster.sh), the same librdkafka load on each.
+Kafka (scripts/kafka/cluster.sh), the same librdkafka load on each.
 
     scripts/bench_cluster.py helix|kafka [--out DIR] [--scale F] [--server-args "ARGS"]
 
 Starts a fresh 3-node cluster, creates topic `bench` (6 partitions, RF 3),
-runs ../shared/bench/kafka/rdkafka_bench.py (acks=all, 1 KiB records):
+runs scripts/kafka/rdkafka_bench.py (acks=all, 1 KiB records):
 1 producer unthrottled, 4 producers unthrottled, 1 producer at 20,000 rec/s
 offered (linger 1 ms); then reads every broker's CPU seconds (utime + stime
 from /proc/PID/stat) and peak RSS (VmHWM), prints one JSON summary and stops
@@ -22,7 +22,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BENCH = ROOT.parent / "shared" / "bench" / "kafka"
+BENCH = ROOT / "scripts" / "kafka"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 

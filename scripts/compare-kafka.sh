@@ -6,7 +6,7 @@
 #
 # Helix runs from target/release (built when missing) through
 # scripts/local-cluster.sh (Kafka port 29092..); Kafka through
-# ../shared/bench/kafka/cluster.sh (port 19092.., jars fetched when
+# scripts/kafka/cluster.sh (port 19092.., jars fetched when
 # missing). For each: the run's JSON (DIR/helix.json, DIR/kafka.json), the
 # brokers' CPU seconds during the measured run (utime+stime from
 # /proc/PID/stat; an unmeasured 5 s run of the same profile goes first),
@@ -32,7 +32,7 @@ done
 [[ $nodes == 1 || $nodes == 3 ]] || { echo "--nodes must be 1 or 3 (what cluster.sh starts)" >&2; exit 2; }
 ((nodes == 1)) && overrides=(--replication-factor 1 "${overrides[@]}")
 
-bench=../shared/bench/kafka
+bench=scripts/kafka
 workload=target/release/helix-workload
 if [[ ! -x $workload || ! -x target/release/helix-server ]]; then
   cargo build --release -p helix-server -p helix-workload

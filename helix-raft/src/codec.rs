@@ -48,7 +48,7 @@ pub struct MessageBatch {
 }
 
 impl MessageBatch {
-    /// Splits the batch for the two peer channels (DESIGN.md): appends that
+    /// Splits the batch for the two peer channels (docs/design.md): appends that
     /// carry entries go on the data channel; everything else (votes,
     /// heartbeats, responses, commit notices, empty probes) on the control
     /// channel, so a large append never delays a heartbeat. Order within

@@ -11,7 +11,7 @@ use crate::types::{HardState, LogIndex, NodeId, Term};
 pub const DEFAULT_ELECTION_TICKS: u32 = 10;
 /// Default heartbeat interval: 1 tick.
 pub const DEFAULT_HEARTBEAT_TICKS: u32 = 1;
-/// Default AppendEntries in flight per follower (DESIGN.md: 5).
+/// Default AppendEntries in flight per follower (docs/design.md: 5).
 pub const DEFAULT_MAX_INFLIGHT_APPENDS: usize = 5;
 /// Default byte limit of the entries in one AppendEntries: 1 MiB.
 pub const DEFAULT_MAX_APPEND_BYTES: usize = 1 << 20;

@@ -5,7 +5,7 @@
 //! index) and collects what it must do next. No sockets, clocks, threads or
 //! tokio live here, so every schedule can be replayed from a seed.
 //!
-//! Three positions per group (DESIGN.md, "Durability"): the **commit index**
+//! Three positions per group (docs/design.md, "Durability"): the **commit index**
 //! (majority in memory; entries up to it are applied, i.e. appended to the
 //! WAL), each replica's **durable index** (end of its WAL, or fsynced WAL),
 //! and the **acknowledged index** (highest current-term index durable on a

@@ -230,6 +230,27 @@ impl RaftLog {
         self.last = entry.index;
         self.add_bytes(entry.cost());
         self.mem.push_back(entry);
+        self.assert_positions();
+    }
+
+    /// The order of the log's positions (module doc), asserted after every
+    /// change to one of them. Debug builds only: the simulator and every
+    /// test run them; a release build pays nothing on the hot path.
+    fn assert_positions(&self) {
+        debug_assert!(
+            self.durable <= self.applied && self.applied <= self.commit && self.commit <= self.last,
+            "log positions out of order: durable {:?} applied {:?} commit {:?} last {:?}",
+            self.durable,
+            self.applied,
+            self.commit,
+            self.last
+        );
+        debug_assert!(
+            self.mem_start <= self.applied.next(),
+            "an entry left memory before it was applied: mem_start {:?} applied {:?}",
+            self.mem_start,
+            self.applied
+        );
     }
 
     /// The follower side of AppendEntries: check `prev`, skip entries already
@@ -294,6 +315,7 @@ impl RaftLog {
         if self.mem_start > keep.next() {
             self.mem_start = keep.next();
         }
+        self.assert_positions();
     }
 
     /// Raises the commit index (never lowers it, never past `last`).
@@ -301,6 +323,7 @@ impl RaftLog {
         let index = index.min(self.last);
         if index > self.commit {
             self.commit = index;
+            self.assert_positions();
             true
         } else {
             false
@@ -316,6 +339,7 @@ impl RaftLog {
         let to = (self.commit.0 + 1 - self.mem_start.0) as usize;
         let out: Vec<Entry> = self.mem.range(from..to).cloned().collect();
         self.applied = self.commit;
+        self.assert_positions();
         out
     }
 
@@ -330,6 +354,7 @@ impl RaftLog {
         let index = index.min(self.applied);
         if index > self.durable {
             self.durable = index;
+            self.assert_positions();
             true
         } else {
             false
@@ -365,6 +390,7 @@ impl RaftLog {
                 self.mem_start = e.index.next();
             }
         }
+        self.assert_positions();
     }
 
     /// Entry at `index` if it is in memory.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side figures for docs/BENCHMARKS.md (helix-server section): a single
 # helix-server (release build) and a single Apache Kafka 3.9.1 broker
-# (../shared/bench/kafka/cluster.sh start 1), each driven by librdkafka through
-# ../shared/bench/kafka/rdkafka_bench.py, acks=all, 1 KiB values, topic of 6
+# (scripts/kafka/cluster.sh start 1), each driven by librdkafka through
+# scripts/kafka/rdkafka_bench.py, acks=all, 1 KiB values, topic of 6
 # partitions: 1 producer, 4 producers (with the broker's CPU seconds per GiB
 # ingested, utime+stime from /proc/PID/stat), 20,000 records/s for latency,
 # and the broker's RSS at the end.
@@ -11,9 +11,8 @@
 # env:   COUNT1 (300000) COUNT4 (400000) RATE (20000) RATE_SECONDS (15)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-SHARED=${SHARED:-$ROOT/../shared}
-[ -d "$SHARED/bench/kafka" ] || SHARED=/work/shared
-BENCH="$SHARED/bench/kafka/rdkafka_bench.py"
+KAFKA_BENCH=$ROOT/scripts/kafka
+BENCH="$KAFKA_BENCH/rdkafka_bench.py"
 COUNT1=${COUNT1:-300000}
 COUNT4=${COUNT4:-400000}
 RATE=${RATE:-20000}
@@ -65,10 +64,10 @@ helix() {
 
 kafka() {
   export BASE_PORT=$KAFKA_PORT DATA="$WORK/kafka"
-  "$SHARED/bench/kafka/cluster.sh" start 1 >/dev/null
+  "$KAFKA_BENCH/cluster.sh" start 1 >/dev/null
   local pid; pid=$(cat "$DATA"/node1/pid)
   run_suite kafka "127.0.0.1:$KAFKA_PORT" "$pid"
-  "$SHARED/bench/kafka/cluster.sh" stop >/dev/null
+  "$KAFKA_BENCH/cluster.sh" stop >/dev/null
 }
 
 case "${1:-both}" in

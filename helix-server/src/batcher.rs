@@ -1,24 +1,16 @@
-//! Per-partition batcher and node-wide produce backpressure.
+//! Per-partition batcher (node-wide produce backpressure: `budget.rs`).
 //!
 //! The batcher gathers produce requests for one partition for up to
 //! `linger`, `max_bytes` or `max_requests` (whichever comes first) into one
 //! Raft proposal. A request that would overflow a full batch is carried into
 //! the next one rather than closing a small tail batch.
-//!
-//! Backpressure bounds what the node holds for produce requests that are
-//! not answered yet: `max_pending_requests` and `max_pending_bytes`. At the
-//! limit, connections stop reading (see `kafka/connection.rs`), and a
-//! client's request already read waits for its room however long it takes,
-//! in arrival order: it is never failed for want of room, since a client
-//! retrying it would store it after requests it sent later (ADR 0011).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
-use crate::error::{HelixError, Result};
-use crate::metrics::{Metrics, metrics};
+use crate::budget::Room;
+use crate::error::Result;
 
 /// Limits of one batch (one Raft entry).
 #[derive(Debug, Clone, Copy)]
@@ -157,126 +149,10 @@ impl Batcher {
     }
 }
 
-/// Shortest throttle asked of a producer once the budget is half used.
-pub const THROTTLE_MIN: Duration = Duration::from_millis(10);
-/// Longest throttle, asked when the budget is full.
-pub const THROTTLE_MAX: Duration = Duration::from_millis(1000);
-
-/// Node-wide limits on unanswered produce requests.
-#[derive(Debug, Clone)]
-pub struct Backpressure {
-    requests: Arc<Semaphore>,
-    bytes: Arc<Semaphore>,
-    max_requests: usize,
-    max_bytes: usize,
-}
-
-/// Room taken in the [`Backpressure`] limits; given back when dropped.
-#[derive(Debug)]
-pub struct Room {
-    _request: OwnedSemaphorePermit,
-    _bytes: Option<OwnedSemaphorePermit>,
-}
-
-impl Backpressure {
-    pub fn new(max_requests: usize, max_bytes: usize) -> Backpressure {
-        Backpressure {
-            requests: Arc::new(Semaphore::new(max_requests)),
-            bytes: Arc::new(Semaphore::new(max_bytes)),
-            max_requests,
-            max_bytes,
-        }
-    }
-
-    /// Waits for room for one request of `size` bytes, as long as it takes
-    /// (first come, first served: the semaphores are fair). A request
-    /// larger than the whole byte budget takes all of it. Room comes back
-    /// as requests are answered, and every proposal is answered or failed
-    /// (a leader that loses its quorum steps down and fails its waiters).
-    pub async fn acquire(&self, size: usize) -> Result<Room> {
-        let take = size.clamp(1, self.max_bytes) as u32;
-        let request = self
-            .requests
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| HelixError::ShuttingDown)?;
-        let bytes = self
-            .bytes
-            .clone()
-            .acquire_many_owned(take)
-            .await
-            .map_err(|_| HelixError::ShuttingDown)?;
-        let c = &metrics().counters;
-        Metrics::peak(
-            &c.pending_requests_peak,
-            (self.max_requests - self.requests.available_permits()) as u64,
-        );
-        Metrics::peak(
-            &c.pending_bytes_peak,
-            (self.max_bytes - self.bytes.available_permits()) as u64,
-        );
-        Ok(Room {
-            _request: request,
-            _bytes: Some(bytes),
-        })
-    }
-
-    /// [`Backpressure::acquire`] for at most `timeout`: for the node's own
-    /// writers (group coordinator, controller), whose callers retry as a
-    /// whole; never for a client's produce request.
-    pub async fn acquire_within(&self, size: usize, timeout: Duration) -> Result<Room> {
-        let room = tokio::time::timeout(timeout, self.acquire(size)).await;
-        room.map_err(|_| {
-            Metrics::count(&metrics().counters.backpressure_timeouts, 1);
-            HelixError::Timeout("produce backpressure")
-        })?
-    }
-
-    /// The delay asked of a producer in `throttle` mode: zero while both
-    /// budgets are at most half used, then growing linearly with the more
-    /// used one from [`THROTTLE_MIN`] (just past half) to [`THROTTLE_MAX`]
-    /// (full). The full budget still pauses reads ([`Self::wait_for_room`]).
-    pub fn throttle(&self) -> Duration {
-        let used = |max: usize, free: usize| max.saturating_sub(free) as f64 / max as f64;
-        let fill = used(self.max_requests, self.requests.available_permits())
-            .max(used(self.max_bytes, self.bytes.available_permits()));
-        if fill <= 0.5 {
-            return Duration::ZERO;
-        }
-        let over = ((fill - 0.5) * 2.0).min(1.0);
-        THROTTLE_MIN + (THROTTLE_MAX - THROTTLE_MIN).mul_f64(over)
-    }
-
-    /// Produce requests and bytes held unanswered now.
-    pub fn in_use(&self) -> (usize, usize) {
-        (
-            self.max_requests - self.requests.available_permits(),
-            self.max_bytes - self.bytes.available_permits(),
-        )
-    }
-
-    /// The limits (`max_pending_requests`, `max_pending_bytes`).
-    pub fn limits(&self) -> (usize, usize) {
-        (self.max_requests, self.max_bytes)
-    }
-
-    /// Either budget is used up: a connection asking for room now waits.
-    pub fn is_full(&self) -> bool {
-        self.requests.available_permits() == 0 || self.bytes.available_permits() == 0
-    }
-
-    /// Returns once the node is below both limits (connections call this
-    /// before reading the next request, so a full node stops reading).
-    pub async fn wait_for_room(&self) {
-        let _r = self.requests.acquire().await;
-        let _b = self.bytes.acquire().await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::Backpressure;
     use crate::partition::batch::{tests::make_batch, validate};
 
     fn pending(bp: &Backpressure, size_hint: &[u8]) -> PendingProduce {
@@ -286,10 +162,7 @@ mod tests {
             .into_iter()
             .map(|v| v.bytes)
             .collect();
-        let room = Room {
-            _request: bp.requests.clone().try_acquire_owned().expect("room"),
-            _bytes: None,
-        };
+        let room = bp.one_request_without_bytes().expect("room");
         PendingProduce {
             size: b.len(),
             batches,
@@ -390,73 +263,5 @@ mod tests {
             Some(Work::Produce(v)) => assert_eq!(v.len(), 2),
             other => panic!("expected a batch, got {other:?}"),
         }
-    }
-
-    #[tokio::test]
-    async fn throttle_is_zero_below_half_and_bounded_above() {
-        let bp = Backpressure::new(4, 1000);
-        assert_eq!(bp.throttle(), Duration::ZERO);
-        let a = bp.acquire(10).await.expect("room");
-        let b = bp.acquire(10).await.expect("room");
-        assert_eq!(bp.throttle(), Duration::ZERO, "half used is not over");
-        let c = bp.acquire(10).await.expect("room");
-        let three_quarters = bp.throttle();
-        assert!(three_quarters > THROTTLE_MIN && three_quarters < THROTTLE_MAX);
-        let d = bp.acquire(10).await.expect("room");
-        assert_eq!(bp.throttle(), THROTTLE_MAX);
-        drop((a, b, c, d));
-        assert_eq!(bp.throttle(), Duration::ZERO);
-    }
-
-    #[tokio::test]
-    async fn the_timed_acquire_times_out_when_full_and_room_frees_on_drop() {
-        let bp = Backpressure::new(1, 1000);
-        let room = bp
-            .acquire_within(10, Duration::from_millis(10))
-            .await
-            .expect("room");
-        let err = bp
-            .acquire_within(10, Duration::from_millis(10))
-            .await
-            .expect_err("full");
-        assert!(matches!(err, HelixError::Timeout(_)));
-        assert_eq!(bp.requests.available_permits(), 0);
-        assert_eq!(bp.bytes.available_permits(), 990);
-        drop(room);
-        assert!(
-            bp.acquire_within(10, Duration::from_millis(10))
-                .await
-                .is_ok()
-        );
-    }
-
-    /// ADR 0011: a client's request never fails for want of room; waiting
-    /// requests get room in the order they asked, so a connection's
-    /// requests are stored in the order it sent them.
-    #[tokio::test(start_paused = true)]
-    async fn requests_waiting_for_room_get_it_in_arrival_order_however_long_it_takes() {
-        let bp = Backpressure::new(1, 1000);
-        let held = bp.acquire(10).await.expect("room");
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut waiters = Vec::new();
-        for i in 0..3 {
-            let (bp, tx) = (bp.clone(), tx.clone());
-            waiters.push(tokio::spawn(async move {
-                let room = bp.acquire(10).await.expect("room");
-                tx.send(i).expect("send");
-                drop(room);
-            }));
-            // Let it reach the queue before the next one asks.
-            tokio::task::yield_now().await;
-        }
-        // Longer than any timeout a client sends (paused time: instant).
-        tokio::time::sleep(Duration::from_secs(120)).await;
-        assert!(rx.try_recv().is_err(), "nobody got room while it was held");
-        drop(held);
-        for w in waiters {
-            w.await.expect("waiter");
-        }
-        let order: Vec<i32> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
-        assert_eq!(order, vec![0, 1, 2]);
     }
 }

@@ -4,21 +4,21 @@
 //! and the produce backpressure budget, and offers the few operations
 //! handlers need on them; the work itself lives in those modules.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use helix_raft::{GroupId, MemoryBudget, NodeId};
 use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup, SyncMethod};
 
-use crate::batcher::Backpressure;
+use crate::admin::TopicAdmin;
+use crate::budget::Backpressure;
 use crate::cluster::ClusterState;
-use crate::cluster::peers::{LinkSlot, PeerHandler, PeerLink, TransportLink};
+use crate::cluster::peers::{CallService, LinkSlot, PeerHandler, PeerLink, TransportLink};
 use crate::config::{Config, WriteDurability};
+use crate::controller::forward::{CALL_CONTROLLER_SUBMIT, ForwardedCalls};
 use crate::controller::producer_ids::ProducerIds;
 use crate::controller::service::Controller;
-use crate::controller::topic_config;
-use crate::controller::{Command, TopicRecord, applier, placement, validate_topic_name};
+use crate::controller::{TopicRecord, applier};
 use crate::error::{HelixError, Result};
 use crate::partition::raft::RaftSettings;
 use crate::replica::{HostSettings, ReplicaHost};
@@ -27,18 +27,6 @@ use crate::transport::{Transport, TransportConfig};
 
 /// How often retention is applied to every partition.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
-
-/// How long a new topic's creation waits for its partitions' leaders.
-const LEADERS_WAIT: Duration = Duration::from_secs(5);
-
-/// A topic just created (or validated).
-#[derive(Debug, Clone)]
-pub struct NewTopic {
-    pub id: uuid::Uuid,
-    pub partitions: i32,
-    pub replication_factor: i16,
-    pub configs: BTreeMap<String, String>,
-}
 
 /// The node.
 #[derive(Debug)]
@@ -50,7 +38,7 @@ pub struct Broker {
     pub topics: Arc<TopicTable>,
     pub backpressure: Backpressure,
     /// Request bytes being received and processed (`queued_max_request_bytes`).
-    pub request_budget: crate::kafka::frame::RequestBudget,
+    pub request_budget: crate::budget::RequestBudget,
     /// The consumer-group coordinator and its coordinator partitions.
     pub groups: Arc<crate::group::service::GroupService>,
     /// Every replica this node holds.
@@ -63,6 +51,8 @@ pub struct Broker {
     pub transport: Option<Transport>,
     /// Producer ids for idempotent producers.
     producer_ids: Arc<ProducerIds>,
+    /// Creating, deleting and reconfiguring topics.
+    pub admin: TopicAdmin,
 }
 
 impl Broker {
@@ -81,7 +71,7 @@ impl Broker {
     ) -> Result<Arc<Broker>> {
         let cluster = Arc::new(ClusterState::new(&config)?);
         let me = cluster.me;
-        let cluster_id = cluster_id(&config)?;
+        let cluster_id = config.resolve_cluster_id()?;
         let logs = LogShared {
             sync_group: SyncGroup::with_method(sync_method(config.write_durability)),
             file_budget: FileBudget::new(FileBudget::DEFAULT_MAX_MAPPED),
@@ -103,10 +93,18 @@ impl Broker {
         )?;
         // The transport runs before any group does: a node deciding how it
         // starts asks its peers, and answers theirs, first (ADR 0018).
+        let controller_calls = Arc::new(ForwardedCalls::default());
         let peers = Arc::new(PeerHandler::new(
             host.clone(),
             cluster.clone(),
             standing.clone(),
+            vec![
+                (
+                    crate::rejoin::CALL_STATUS,
+                    standing.clone() as Arc<dyn CallService>,
+                ),
+                (CALL_CONTROLLER_SUBMIT, controller_calls.clone()),
+            ],
         ));
         let transport = match (&config.cluster, link_to) {
             (Some(_), Some(l)) => {
@@ -177,7 +175,7 @@ impl Broker {
             crate::group::service::GroupService::open(&factory, &cluster, &backpressure).await?;
         topics.insert(groups.internal_topic());
         standing.set_opened();
-        peers.set_controller(controller.clone());
+        controller_calls.set(controller.clone());
         cluster.set_liveness(link.clone());
         tokio::spawn(applier::run(controller.clone(), topics.clone()));
         tokio::spawn(crate::cluster::gossip::run(
@@ -187,11 +185,10 @@ impl Broker {
             config.raft_tick,
         ));
         Ok(Arc::new(Broker {
+            admin: TopicAdmin::new(&config, cluster.clone(), controller.clone(), topics.clone()),
             producer_ids: ProducerIds::new(controller.clone()),
             backpressure,
-            request_budget: crate::kafka::frame::RequestBudget::new(
-                config.queued_max_request_bytes,
-            ),
+            request_budget: crate::budget::RequestBudget::new(config.queued_max_request_bytes),
             groups,
             host,
             peers,
@@ -227,226 +224,6 @@ impl Broker {
             .unwrap_or(self.cluster.me)
     }
 
-    /// The topic, created with the defaults if auto-creation is on.
-    pub async fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
-        if let Some(t) = self.topic(name) {
-            return Ok(t);
-        }
-        if !self.config.auto_create_topics {
-            return Err(HelixError::UnknownTopicOrPartition);
-        }
-        validate_topic_name(name)?;
-        match self
-            .create_topic(name, -1, -1, None, BTreeMap::new(), false)
-            .await
-        {
-            Ok(_) | Err(HelixError::TopicAlreadyExists(_)) => {
-                self.topic(name).ok_or(HelixError::UnknownTopicOrPartition)
-            }
-            Err(HelixError::Remote(code, _)) if code == TOPIC_ALREADY_EXISTS => {
-                self.topic(name).ok_or(HelixError::UnknownTopicOrPartition)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The replication factor of topics created without one.
-    pub fn default_replication_factor(&self) -> i16 {
-        let nodes = self.cluster.members.len() as i16;
-        self.config
-            .default_replication_factor
-            .unwrap_or(nodes.min(3))
-    }
-
-    /// CreateTopics: `partitions` and `replication_factor` -1 mean the
-    /// defaults; `assignments` (partition → nodes) replace both.
-    pub async fn create_topic(
-        &self,
-        name: &str,
-        partitions: i32,
-        replication_factor: i16,
-        assignments: Option<Vec<Vec<u64>>>,
-        configs: BTreeMap<String, String>,
-        validate_only: bool,
-    ) -> Result<NewTopic> {
-        validate_topic_name(name)?;
-        let configs = topic_config::validate_all(&configs)?;
-        let members = self.cluster.member_ids();
-        let replicas = match assignments {
-            Some(sets) => {
-                if partitions != -1 || replication_factor != -1 {
-                    return Err(HelixError::InvalidRequest(
-                        "give either replica assignments or partitions and replication factor"
-                            .into(),
-                    ));
-                }
-                sets
-            }
-            None => {
-                let partitions = if partitions == -1 {
-                    self.config.default_partitions
-                } else {
-                    partitions
-                };
-                if !(1..=crate::controller::MAX_PARTITIONS).contains(&partitions) {
-                    return Err(HelixError::InvalidPartitions(format!(
-                        "{partitions} partitions: must be 1..={}",
-                        crate::controller::MAX_PARTITIONS
-                    )));
-                }
-                let rf = if replication_factor == -1 {
-                    self.default_replication_factor()
-                } else {
-                    replication_factor
-                };
-                let view = &self.controller.view().view;
-                placement::assign(
-                    &members,
-                    usize::try_from(rf).unwrap_or(0),
-                    partitions as usize,
-                    view,
-                )?
-            }
-        };
-        topic_config::check_replication(&configs, replicas.first().map_or(0, Vec::len))?;
-        let id = random_uuid();
-        let command = Command::CreateTopic {
-            name: name.to_string(),
-            id: id.to_string(),
-            partitions: replicas.len() as i32,
-            configs: configs.clone(),
-            replicas: replicas.clone(),
-        };
-        self.controller.view().view.validate(&command, &members)?;
-        let created = NewTopic {
-            id,
-            partitions: replicas.len() as i32,
-            replication_factor: replicas.first().map_or(0, |r| r.len() as i16),
-            configs,
-        };
-        if validate_only {
-            return Ok(created);
-        }
-        self.controller.submit(command).await?;
-        self.wait_for_leaders(name).await;
-        Ok(created)
-    }
-
-    /// Waits (bounded) until every partition of a new topic has a known
-    /// leader, so clients that produce right away find one.
-    async fn wait_for_leaders(&self, name: &str) {
-        let deadline = tokio::time::Instant::now() + LEADERS_WAIT;
-        while tokio::time::Instant::now() < deadline {
-            let Some(t) = self.topic(name) else { return };
-            // A leader known everywhere, and serving where it is this node.
-            let all = t.partitions.iter().all(|p| {
-                self.cluster
-                    .leadership(p.group, p.local.as_deref())
-                    .is_some_and(|l| {
-                        l.leader != self.cluster.me
-                            || p.local.as_ref().is_some_and(|r| r.leadership().serving)
-                    })
-            });
-            if all {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        tracing::info!(topic = name, "created; some partitions have no leader yet");
-    }
-
-    pub async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid> {
-        let topic = self
-            .topic(name)
-            .ok_or(HelixError::UnknownTopicOrPartition)?;
-        if topic.internal {
-            return Err(HelixError::InvalidRequest(format!(
-                "{name} is an internal topic"
-            )));
-        }
-        self.controller
-            .submit(Command::DeleteTopic { name: name.into() })
-            .await?;
-        Ok(topic.id)
-    }
-
-    pub async fn create_partitions(
-        &self,
-        name: &str,
-        count: i32,
-        assignments: Option<Vec<Vec<u64>>>,
-        validate_only: bool,
-    ) -> Result<()> {
-        let topic = self
-            .topic(name)
-            .ok_or(HelixError::UnknownTopicOrPartition)?;
-        if topic.internal {
-            return Err(HelixError::InvalidRequest(format!(
-                "{name} is an internal topic"
-            )));
-        }
-        // Checked before placement, which builds one replica set per new
-        // partition: a count near i32::MAX must not allocate gigabytes.
-        if count > crate::controller::MAX_PARTITIONS {
-            return Err(HelixError::InvalidPartitions(format!(
-                "at most {}",
-                crate::controller::MAX_PARTITIONS
-            )));
-        }
-        let members = self.cluster.member_ids();
-        let old = topic.partitions.len() as i32;
-        let rf = topic.partitions.first().map_or(1, |p| p.replicas.len());
-        let replicas = match assignments {
-            Some(sets) => sets,
-            None => {
-                let view = &self.controller.view().view;
-                placement::assign(&members, rf, (count - old).max(0) as usize, view)?
-            }
-        };
-        let command = Command::CreatePartitions {
-            name: name.into(),
-            count,
-            replicas,
-        };
-        self.controller.view().view.validate(&command, &members)?;
-        if validate_only {
-            return Ok(());
-        }
-        self.controller.submit(command).await?;
-        self.wait_for_leaders(name).await;
-        Ok(())
-    }
-
-    /// Replaces a topic's overrides (AlterConfigs, IncrementalAlterConfigs
-    /// compute the new set).
-    pub async fn set_topic_configs(
-        &self,
-        name: &str,
-        configs: BTreeMap<String, String>,
-        validate_only: bool,
-    ) -> Result<()> {
-        let configs = topic_config::validate_all(&configs)?;
-        let topic = self
-            .topic(name)
-            .ok_or(HelixError::UnknownTopicOrPartition)?;
-        if topic.internal {
-            return Err(HelixError::InvalidConfig(format!(
-                "{name} is an internal topic"
-            )));
-        }
-        topic_config::check_replication(&configs, topic.replication_factor())?;
-        if validate_only {
-            return Ok(());
-        }
-        self.controller
-            .submit(Command::SetTopicConfigs {
-                name: name.into(),
-                configs,
-            })
-            .await?;
-        Ok(())
-    }
-
     /// InitProducerId without a transactional id: a fresh id, epoch 0.
     pub async fn next_producer_id(&self) -> Result<i64> {
         self.producer_ids.next().await
@@ -472,8 +249,6 @@ impl Broker {
         }
     }
 }
-
-const TOPIC_ALREADY_EXISTS: i16 = 36;
 
 /// How fsync rounds flush. With fsync durability every log is flushed and one
 /// `syncfs` covers them all. With replication-only only the controller's log
@@ -520,15 +295,6 @@ async fn open_controller(
     })
 }
 
-/// This node's Raft id.
-pub fn node_id(config: &Config) -> Result<NodeId> {
-    u64::try_from(config.node_id)
-        .ok()
-        .filter(|n| *n > 0)
-        .map(NodeId)
-        .ok_or_else(|| HelixError::Config("node_id must be positive".into()))
-}
-
 /// The Raft settings of every group of this node (one memory budget
 /// shared by all of them).
 fn raft_settings(config: &Config) -> RaftSettings {
@@ -539,46 +305,4 @@ fn raft_settings(config: &Config) -> RaftSettings {
         node_budget: Some(MemoryBudget::new(config.raft_memory_budget_bytes)),
         ..RaftSettings::default()
     }
-}
-
-/// The cluster id: configured, or derived from the member list alike on
-/// every node; a single node creates one and keeps it in its data directory.
-fn cluster_id(config: &Config) -> Result<String> {
-    if let Some(id) = &config.cluster_id {
-        return Ok(id.clone());
-    }
-    if let Some(c) = &config.cluster {
-        return Ok(c.derived_id());
-    }
-    let path = config.data_dir.join("cluster-id");
-    match std::fs::read_to_string(&path) {
-        Ok(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
-        Ok(_) | Err(_) => {
-            std::fs::create_dir_all(&config.data_dir)?;
-            let id = random_uuid().simple().to_string();
-            std::fs::write(&path, &id)?;
-            Ok(id)
-        }
-    }
-}
-
-/// A random (v4-shaped) UUID from the standard library's per-process
-/// random hasher keys and the clock; topic ids need uniqueness, not secrecy.
-pub fn random_uuid() -> uuid::Uuid {
-    use std::hash::{BuildHasher, Hasher};
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let mut words = [0u64; 2];
-    for (i, w) in words.iter_mut().enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(nanos);
-        h.write_usize(i);
-        *w = h.finish();
-    }
-    uuid::Builder::from_random_bytes(
-        ((u128::from(words[0]) << 64) | u128::from(words[1])).to_be_bytes(),
-    )
-    .into_uuid()
 }

@@ -159,6 +159,13 @@ impl HelixError {
         e.code()
     }
 
+    /// Whether a client sees `code` for this error, raised here or
+    /// answered by a peer ([`HelixError::Remote`]): the one way code outside
+    /// this module tells a Kafka error by its code.
+    pub fn is(&self, code: ResponseError) -> bool {
+        self.kafka_code() == code.code()
+    }
+
     /// A short text for the response's error message fields.
     pub fn message(&self) -> String {
         self.to_string()

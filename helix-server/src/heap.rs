@@ -12,7 +12,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::batcher::Backpressure;
+use crate::budget::Backpressure;
 use crate::metrics::metrics;
 
 /// How often the node looks for an ended burst.

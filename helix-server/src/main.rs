@@ -1,8 +1,11 @@
 //! `helix-server`: the Helix broker binary. With no flags it serves Kafka on
 //! 127.0.0.1:9092 as node 1 with data in `./helix-data`.
 
+mod admin;
 mod batcher;
 mod broker;
+mod budget;
+mod clock;
 mod cluster;
 mod config;
 mod controller;
@@ -10,6 +13,7 @@ mod endpoint;
 mod error;
 mod group;
 mod heap;
+mod ids;
 mod kafka;
 mod metrics;
 mod partition;
@@ -27,7 +31,7 @@ use tracing_subscriber::EnvFilter;
 fn main() {
     heap::configure();
     let flags = config::Flags::parse();
-    if let Some(config::Command::Status(args)) = &flags.command {
+    if let Some(config::CliCommand::Status(args)) = &flags.command {
         std::process::exit(status_command(args));
     }
     let config = match config::Config::load(flags) {

@@ -15,6 +15,7 @@ use helix_wal::{Durability, FileBudget, LogConfig, SyncGroup};
 use crate::batcher::BatchLimits;
 use crate::config::{Config, WriteDurability};
 use crate::controller::TopicRecord;
+use crate::controller::applier::ViewFollower;
 use crate::controller::topic_config::EffectiveConfig;
 use crate::error::{HelixError, Result};
 use crate::partition::raft::{GroupSpec, RaftSettings};
@@ -417,7 +418,7 @@ impl TopicTable {
         if log_settings_changed {
             // helix-wal takes these at open: the replicas reopen their logs,
             // then apply the new retention now rather than at the next sweep.
-            let now_ms = now_ms();
+            let now_ms = crate::clock::now_ms();
             for p in topic.local_replicas() {
                 p.reconfigure(log.clone()).await;
                 p.retention(now_ms);
@@ -452,7 +453,7 @@ impl TopicTable {
 
     /// Applies every topic's retention settings to its local replicas.
     pub fn apply_retention(&self) {
-        let now_ms = now_ms();
+        let now_ms = crate::clock::now_ms();
         for p in self.local_replicas() {
             p.retention(now_ms);
         }
@@ -464,9 +465,14 @@ impl TopicTable {
     }
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+/// The table follows the controller's view: each topic change reconciles
+/// this node's replicas of it.
+impl ViewFollower for TopicTable {
+    fn topic_changed<'a>(
+        &'a self,
+        name: &'a str,
+        record: Option<&'a TopicRecord>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + 'a>> {
+        Box::pin(self.reconcile(name, record))
+    }
 }

@@ -6,7 +6,7 @@ use crate::budget::FileBudget;
 use crate::error::WalError;
 use crate::sync::SyncGroup;
 
-/// What "durable" means for one replica (see DESIGN.md, Durability).
+/// What "durable" means for one replica (see docs/design.md, Durability).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
     /// Appended to the page cache; never fsync on the write path.

@@ -25,7 +25,7 @@ pub const STALE_AFTER: Duration = Duration::from_secs(3);
 /// Most groups in one report (a node leads at most this many at once).
 pub const MAX_REPORTED: usize = 1 << 20;
 /// Most ISR members per group (a replica set is at most the cluster).
-const MAX_ISR: usize = crate::config::cluster::MAX_NODES;
+const MAX_ISR: usize = crate::config::members::MAX_NODES;
 
 /// One group's leadership as its leader reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, ProduceRequest};
 
-use super::tests::{TestCluster, leader_of, wait_until};
+use super::harness::{TestCluster, leader_of, wait_until};
 use crate::broker::Broker;
 use crate::error::HelixError;
 use crate::kafka::{fetch, produce, wire_topic};
@@ -71,6 +71,7 @@ async fn produce_v10(b: &Arc<Broker>, topic: &str) -> (i16, i32, i32, Vec<i32>) 
 async fn a_cut_off_leader_stops_naming_itself_and_answers_point_to_the_new_leader() {
     let c = TestCluster::start(3).await;
     c.broker(1)
+        .admin
         .create_topic("l", 1, 3, None, Default::default(), false)
         .await
         .expect("created");

@@ -12,6 +12,8 @@ pub mod leaders;
 pub mod peers;
 
 #[cfg(test)]
+mod harness;
+#[cfg(test)]
 mod lease_tests;
 #[cfg(test)]
 mod tests;
@@ -54,7 +56,7 @@ pub const DOWN_AFTER: Duration = leaders::STALE_AFTER;
 
 /// What is known of a partition's leadership.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Leadership {
+pub struct LeaderView {
     pub leader: NodeId,
     pub term: Term,
     pub isr: Vec<NodeId>,
@@ -84,7 +86,7 @@ impl std::fmt::Debug for ClusterState {
 impl ClusterState {
     /// The members from the configuration (a single node: just itself).
     pub fn new(config: &Config) -> Result<ClusterState> {
-        let me = crate::broker::node_id(config)?;
+        let me = config.raft_node_id()?;
         let members = match &config.cluster {
             Some(cluster) => cluster
                 .nodes
@@ -191,18 +193,18 @@ impl ClusterState {
     /// while the majority elects another. (The reports it still holds of
     /// the other nodes' groups are kept: they send a client it serves to
     /// the majority.)
-    pub fn leadership(&self, group: GroupId, local: Option<&Partition>) -> Option<Leadership> {
+    pub fn leadership(&self, group: GroupId, local: Option<&Partition>) -> Option<LeaderView> {
         let reported = self.leaders.get(group);
         let from_local = local.and_then(|p| {
             let l = p.leadership();
             match (l.role, l.leader) {
                 (Role::Leader, _) if !p.holds_lease() => None,
-                (Role::Leader, _) => Some(Leadership {
+                (Role::Leader, _) => Some(LeaderView {
                     leader: self.me,
                     term: l.term,
                     isr: p.isr(),
                 }),
-                (_, Some(leader)) => Some(Leadership {
+                (_, Some(leader)) => Some(LeaderView {
                     leader,
                     term: l.term,
                     isr: reported
@@ -214,7 +216,7 @@ impl ClusterState {
                 (_, None) => None,
             }
         });
-        let from_report = reported.map(|r| Leadership {
+        let from_report = reported.map(|r| LeaderView {
             leader: r.leader,
             term: r.term,
             isr: r.isr,

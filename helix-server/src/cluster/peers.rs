@@ -2,9 +2,11 @@
 //! where what arrives goes.
 //!
 //! Payloads start with a kind byte: Raft message batches (to the replica
-//! host) and leadership reports (to the leader table). Unary calls carry
-//! controller commands forwarded to group 0's leader, and status calls
-//! ("where do you stand?", ADR 0018) from a node deciding how it starts. The transport is
+//! host) and leadership reports (to the leader table). Unary calls start
+//! with a kind byte too; each kind is served by the [`CallService`] that
+//! registered it (controller commands forwarded to group 0's leader; status
+//! calls, "where do you stand?", ADR 0018, from a node deciding how it
+//! starts), so this glue knows nothing of what they carry. The transport is
 //! reached through [`PeerLink`], bound late ([`LinkSlot`]): the replica host
 //! starts before the transport, whose inbound side needs the host.
 
@@ -18,17 +20,24 @@ use helix_raft::NodeId;
 
 use super::ClusterState;
 use super::leaders::{self, PAYLOAD_LEADERS};
-use crate::controller::Command;
-use crate::controller::service::{Controller, ForwardReply, ForwardRequest, Forwarded, Forwarder};
 use crate::error::{HelixError, Result};
-use crate::rejoin::{CALL_STATUS, Standing};
 use crate::replica::{Outbox, PAYLOAD_RAFT, ReplicaHost};
 use crate::transport::{CallFuture, Inbound, Lane, Transport};
 
-/// Kind byte of a forwarded controller command (a unary call).
-const CALL_CONTROLLER_SUBMIT: u8 = 1;
-
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Serves one kind of unary call from peers (the body after the kind
+/// byte); registered with [`PeerHandler::new`] by the service that owns the
+/// kind. An `Err` is a transport-level refusal the caller sees as failed.
+pub trait CallService: Send + Sync {
+    fn serve(&self, from: NodeId, body: Bytes) -> BoxFuture<std::result::Result<Bytes, String>>;
+}
+
+/// Told of every peer a payload arrived from (the node's standing records
+/// that the peer has formed and takes part).
+pub trait PeerWitness: Send + Sync {
+    fn heard_from(&self, from: NodeId);
+}
 
 /// The peer transport, as the node uses it.
 pub trait PeerLink: Send + Sync + 'static {
@@ -58,6 +67,11 @@ impl LinkSlot {
     pub fn set(&self, link: Arc<dyn PeerLink>) {
         let _ = self.link.set(link);
     }
+
+    /// The transport, if it runs yet.
+    pub fn link(&self) -> Option<Arc<dyn PeerLink>> {
+        self.link.get().cloned()
+    }
 }
 
 impl Outbox for LinkSlot {
@@ -71,32 +85,6 @@ impl super::Liveness for LinkSlot {
         self.link
             .get()
             .is_some_and(|l| l.heard_within(node, within))
-    }
-}
-
-impl Forwarder for LinkSlot {
-    fn forward(&self, to: NodeId, command: Command, timeout: Duration) -> Forwarded {
-        let link = self.link.get().cloned();
-        Box::pin(async move {
-            let link = link.ok_or(HelixError::NotController)?;
-            let mut request = vec![CALL_CONTROLLER_SUBMIT];
-            serde_json::to_writer(&mut request, &ForwardRequest { command }).map_err(|e| {
-                HelixError::CorruptState(format!("cannot encode a forwarded command: {e}"))
-            })?;
-            // A leader that cannot be reached is as good as none: the
-            // caller retries when leadership settles.
-            let answer = link
-                .call(to, Bytes::from(request), timeout)
-                .await
-                .map_err(|e| {
-                    tracing::debug!(to = to.0, error = %e, "forwarding to the controller failed");
-                    HelixError::NotController
-                })?;
-            let reply: ForwardReply = serde_json::from_slice(&answer).map_err(|e| {
-                HelixError::CorruptState(format!("controller reply from node {to}: {e}"))
-            })?;
-            reply.into_result()
-        })
     }
 }
 
@@ -140,9 +128,10 @@ impl Inbound for PeerHandler {
 pub struct PeerHandler {
     host: Arc<ReplicaHost>,
     cluster: Arc<ClusterState>,
-    /// Answers status calls; records every peer heard from.
-    standing: Arc<Standing>,
-    controller: OnceLock<Arc<Controller>>,
+    /// Records every peer heard from.
+    witness: Arc<dyn PeerWitness>,
+    /// The service of each unary call kind.
+    calls: Vec<(u8, Arc<dyn CallService>)>,
 }
 
 impl std::fmt::Debug for PeerHandler {
@@ -155,19 +144,15 @@ impl PeerHandler {
     pub fn new(
         host: Arc<ReplicaHost>,
         cluster: Arc<ClusterState>,
-        standing: Arc<Standing>,
+        witness: Arc<dyn PeerWitness>,
+        calls: Vec<(u8, Arc<dyn CallService>)>,
     ) -> PeerHandler {
         PeerHandler {
             host,
             cluster,
-            standing,
-            controller: OnceLock::new(),
+            witness,
+            calls,
         }
-    }
-
-    /// Forwarded commands are served once the controller is open.
-    pub fn set_controller(&self, controller: Arc<Controller>) {
-        let _ = self.controller.set(controller);
     }
 
     /// Payloads from `from` on one lane, in order.
@@ -181,7 +166,7 @@ impl PeerHandler {
         }
         // A node sends only once it has formed: it takes part from here on,
         // and if it ever comes back on a new directory, this node says so.
-        self.standing.heard_from(from);
+        self.witness.heard_from(from);
         for payload in payloads {
             let Some((&kind, body)) = payload.split_first() else {
                 continue;
@@ -218,34 +203,12 @@ impl PeerHandler {
         from: NodeId,
         request: Bytes,
     ) -> BoxFuture<std::result::Result<Bytes, String>> {
-        let controller = self.controller.get().cloned();
-        let status = (request.first() == Some(&CALL_STATUS)).then(|| self.standing.answer(from));
-        Box::pin(async move {
-            let Some((&kind, body)) = request.split_first() else {
-                return Err("empty call".to_string());
-            };
-            if let Some(status) = status {
-                return serde_json::to_vec(&status)
-                    .map(Bytes::from)
-                    .map_err(|e| format!("cannot encode the status: {e}"));
-            }
-            if kind != CALL_CONTROLLER_SUBMIT {
-                return Err(format!("unknown call kind {kind}"));
-            }
-            let forwarded: ForwardRequest =
-                serde_json::from_slice(body).map_err(|e| format!("bad forwarded command: {e}"))?;
-            let result = match controller {
-                Some(c) => c.submit_here(forwarded.command).await,
-                None => Err(HelixError::NotController),
-            };
-            tracing::debug!(
-                from = from.0,
-                ok = result.is_ok(),
-                "forwarded controller command"
-            );
-            serde_json::to_vec(&ForwardReply::from_result(result))
-                .map(Bytes::from)
-                .map_err(|e| format!("cannot encode the reply: {e}"))
-        })
+        let Some(&kind) = request.first() else {
+            return Box::pin(async { Err("empty call".to_string()) });
+        };
+        match self.calls.iter().find(|(k, _)| *k == kind) {
+            Some((_, service)) => service.serve(from, request.slice(1..)),
+            None => Box::pin(async move { Err(format!("unknown call kind {kind}")) }),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Applying the controller log on every node: group 0's acknowledged
-//! records, in order, into the view, each followed by the topic table's
-//! reconciliation (this node opens, closes or reconfigures its replicas).
+//! records, in order, into the view, each followed by its [`ViewFollower`]'s
+//! reconciliation (the topic table: this node opens, closes or reconfigures
+//! its replicas).
 //! Only acknowledged records are applied (durable on a majority, never
 //! truncated), so nothing a node did on behalf of the view is ever undone.
 //!
@@ -9,20 +10,36 @@
 //! opens, and the applier carries on from there as the group acknowledges
 //! more.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use helix_raft::NodeId;
 
-use super::service::{Applied, Controller, Forwarder};
-use super::{Command, ControllerView};
-use crate::batcher::Backpressure;
+use super::service::{AppliedView, Controller, Forwarder};
+use super::{Command, ControllerView, TopicRecord};
+use crate::budget::Backpressure;
 use crate::error::{HelixError, Result};
 use crate::partition::{Partition, internal};
-use crate::topics::TopicTable;
 
 const CHECKPOINT_FILE: &str = "applied-offset";
+
+/// What follows the controller's view on this node (the topic table, which
+/// opens, closes and reconfigures this node's replicas). Told of every
+/// topic a command changed, in log order, before the applied offset moves
+/// past that command; a failure is retried from the same command. The
+/// controller publishes through it and knows nothing of who listens.
+pub trait ViewFollower: Send + Sync {
+    /// `name` now reads `record` in the view (None: deleted). Must be
+    /// idempotent: after a restart the same change may be told again.
+    fn topic_changed<'a>(
+        &'a self,
+        name: &'a str,
+        record: Option<&'a TopicRecord>,
+    ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
+}
 
 /// Decodes one controller record.
 pub fn decode(offset: i64, value: &Bytes) -> Result<Command> {
@@ -48,7 +65,7 @@ pub fn open(
     } else {
         read_checkpoint(&checkpoint)?.min(partition.high_watermark())
     };
-    let mut applied = Applied::default();
+    let mut applied = AppliedView::default();
     let next = internal::for_each_value(&partition, 0, end, |offset, value| {
         let command = decode(offset, &value)?;
         // Nobody waits for these outcomes: their proposers were answered
@@ -90,11 +107,11 @@ fn apply_one(
 }
 
 /// Applies what group 0 acknowledges, for as long as the node runs.
-pub async fn run(controller: Arc<Controller>, topics: Arc<TopicTable>) {
+pub async fn run(controller: Arc<Controller>, follower: Arc<dyn ViewFollower>) {
     let mut hw = controller.partition.watch_high_watermark();
     loop {
         let target = *hw.borrow_and_update();
-        if let Err(e) = apply_to(&controller, &topics, target).await {
+        if let Err(e) = apply_to(&controller, follower.as_ref(), target).await {
             tracing::error!(error = %e, "applying the controller log failed; retrying");
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             continue;
@@ -106,7 +123,7 @@ pub async fn run(controller: Arc<Controller>, topics: Arc<TopicTable>) {
 }
 
 /// Applies records up to `target` and reconciles what they changed.
-async fn apply_to(controller: &Controller, topics: &TopicTable, target: i64) -> Result<()> {
+async fn apply_to(controller: &Controller, follower: &dyn ViewFollower, target: i64) -> Result<()> {
     let from = controller.view().next_offset;
     if from >= target {
         return Ok(());
@@ -133,7 +150,7 @@ async fn apply_to(controller: &Controller, topics: &TopicTable, target: i64) -> 
                 .map(|name| (name.to_string(), state.view.topics.get(name).cloned()))
         };
         if let Some((name, record)) = record {
-            topics.reconcile(&name, record.as_ref()).await?;
+            follower.topic_changed(&name, record.as_ref()).await?;
         }
         write_checkpoint(&controller.checkpoint, offset + 1);
         controller.applied.send_replace(offset + 1);

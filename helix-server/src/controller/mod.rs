@@ -9,6 +9,7 @@
 //! so every node's view is the same at the same log position.
 
 pub mod applier;
+pub mod forward;
 pub mod message_format;
 pub mod placement;
 pub mod producer_ids;

@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use helix_raft::{NodeId, Role};
+use kafka_protocol::error::ResponseError;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Command, ControllerView, Outcome};
-use crate::batcher::Backpressure;
+use crate::budget::Backpressure;
 use crate::error::{HelixError, Result};
 use crate::partition::{Partition, internal};
 
@@ -76,7 +77,7 @@ impl ForwardReply {
 
 /// What the applier has made of the controller log so far.
 #[derive(Debug, Default)]
-pub struct Applied {
+pub struct AppliedView {
     pub view: ControllerView,
     /// Offset of the next record to apply.
     pub next_offset: i64,
@@ -84,7 +85,7 @@ pub struct Applied {
     outcomes: BTreeMap<i64, std::result::Result<Outcome, (i16, String)>>,
 }
 
-impl Applied {
+impl AppliedView {
     pub fn record(&mut self, offset: i64, outcome: &Result<Outcome>) {
         let kept = match outcome {
             Ok(o) => Ok(*o),
@@ -103,7 +104,7 @@ pub struct Controller {
     pub(super) partition: Arc<Partition>,
     pub(super) me: NodeId,
     pub(super) members: Vec<NodeId>,
-    pub(super) state: Mutex<Applied>,
+    pub(super) state: Mutex<AppliedView>,
     pub(super) applied: watch::Sender<i64>,
     /// Where the applied offset is remembered across restarts.
     pub(super) checkpoint: PathBuf,
@@ -125,7 +126,7 @@ impl Controller {
         partition: Arc<Partition>,
         me: NodeId,
         members: Vec<NodeId>,
-        applied: Applied,
+        applied: AppliedView,
         checkpoint: PathBuf,
         backpressure: Backpressure,
         forwarder: Arc<dyn Forwarder>,
@@ -145,7 +146,7 @@ impl Controller {
 
     /// The view as applied so far (hold the guard briefly: the applier
     /// waits for it).
-    pub fn view(&self) -> MutexGuard<'_, Applied> {
+    pub fn view(&self) -> MutexGuard<'_, AppliedView> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -233,11 +234,11 @@ impl Controller {
 
 /// Whether a submit may be tried again: leadership moved or is unknown.
 fn retriable(e: &HelixError) -> bool {
-    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    const NOT_CONTROLLER: i16 = 41;
     match e {
         HelixError::NotController | HelixError::NotLeader | HelixError::RaftBackpressure => true,
-        HelixError::Remote(code, _) => *code == NOT_CONTROLLER || *code == NOT_LEADER_OR_FOLLOWER,
+        HelixError::Remote(..) => {
+            e.is(ResponseError::NotController) || e.is(ResponseError::NotLeaderOrFollower)
+        }
         _ => false,
     }
 }

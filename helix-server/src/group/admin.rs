@@ -14,7 +14,7 @@ use super::classic::GroupState;
 use super::coordinator::Coordinator;
 use super::error::{GroupError, NONE};
 use super::record::Record;
-use super::response::{GroupResponse, Outbox, Waiter, str_bytes};
+use super::response::{Effects, GroupResponse, OnAcknowledged, str_bytes};
 use super::types::{CoordinatorPartition, ReplyTo};
 
 /// Every classic-group group type Helix has.
@@ -74,7 +74,7 @@ impl Coordinator {
                 response.groups.push(listed);
             }
         }
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         out.reply(reply, GroupResponse::ListGroups(response));
         self.ready_replies(out);
     }
@@ -135,7 +135,7 @@ impl Coordinator {
             }
             response.groups.push(described);
         }
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         out.reply(reply, GroupResponse::DescribeGroups(response));
         self.ready_replies(out);
     }
@@ -186,7 +186,7 @@ impl Coordinator {
         group_id: &str,
         batch: u64,
         index: usize,
-    ) -> Result<(CoordinatorPartition, Outbox), GroupError> {
+    ) -> Result<(CoordinatorPartition, Effects), GroupError> {
         let (partition, shard) = self.shard_of(group_id)?;
         let group = shard
             .groups
@@ -210,10 +210,10 @@ impl Coordinator {
         records.push(Record::GroupTombstone {
             group: group_id.to_owned(),
         });
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         out.propose(
             records,
-            Waiter::GroupDeleted {
+            OnAcknowledged::GroupDeleted {
                 batch,
                 index,
                 group: group_id.to_owned(),
@@ -230,7 +230,7 @@ impl Coordinator {
         index: usize,
         group_id: &str,
         result: Result<(), GroupError>,
-        _out: &mut Outbox,
+        _out: &mut Effects,
     ) {
         if let Err(error) = result {
             // Not deleted after all: the group is back to Empty.
@@ -263,7 +263,7 @@ impl Coordinator {
             && let Some(done) = self.delete_batches.remove(&batch)
         {
             let response = DeleteGroupsResponse::default().with_results(done.results);
-            let mut out = Outbox::default();
+            let mut out = Effects::default();
             out.reply(done.reply, GroupResponse::DeleteGroups(response));
             self.ready_replies(out);
         }

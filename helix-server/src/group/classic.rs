@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use super::record::{GroupRecord, MemberRecord, OffsetRecord, Record};
-use super::response::Outbox;
+use super::response::Effects;
 use super::types::ReplyTo;
 
 /// Kafka's classic group states. `Dead` is a group being deleted.
@@ -257,7 +257,7 @@ impl ClassicGroup {
 
     /// Removes a member, answering whatever it still waits for with
     /// `error_code`, and elects another leader if it led.
-    pub fn remove_member(&mut self, member_id: &str, error_code: i16, out: &mut Outbox) {
+    pub fn remove_member(&mut self, member_id: &str, error_code: i16, out: &mut Effects) {
         let Some(member) = self.members.remove(member_id) else {
             return;
         };

@@ -4,7 +4,7 @@
 //! replies and proposals with [`Coordinator::take_ready`]. No I/O, no
 //! clock, no threads.
 //!
-//! Each coordinator partition is a [`Shard`] that is absent (another node
+//! Each coordinator partition is a [`HostedPartition`] that is absent (another node
 //! coordinates it: NOT_COORDINATOR), loading (COORDINATOR_LOAD_IN_PROGRESS)
 //! or active. Its view (offsets, stored group records) changes only when a
 //! record is acknowledged or replayed.
@@ -17,11 +17,11 @@ use kafka_protocol::messages::{
     OffsetFetchRequest, SyncGroupRequest,
 };
 
+use super::GroupConfig;
 use super::classic::ClassicGroup;
-use super::config::GroupConfig;
 use super::error::GroupError;
 use super::record::{OffsetRecord, Record, decode_entry, encode_entry};
-use super::response::{Outbox, Proposal, Ready, Waiter};
+use super::response::{Effects, OnAcknowledged, Proposal, Ready};
 use super::types::{
     ClientInfo, CoordinatorPartition, ProposalId, ReplyTo, RequestToken, coordinator_partition_for,
 };
@@ -43,7 +43,7 @@ pub enum GroupRequest {
 
 /// One coordinator partition hosted on this node.
 #[derive(Debug)]
-pub struct Shard {
+pub struct HostedPartition {
     /// Replaying the partition's log: requests get COORDINATOR_LOAD_IN_PROGRESS.
     pub loading: bool,
     /// The leadership epoch (Raft term) this shard was loaded for; part of
@@ -58,7 +58,7 @@ pub struct Shard {
     pub snapshot_in_flight: bool,
 }
 
-impl Shard {
+impl HostedPartition {
     fn new() -> Self {
         Self {
             loading: true,
@@ -133,14 +133,14 @@ impl Shard {
 struct InFlight {
     partition: CoordinatorPartition,
     records: Vec<Record>,
-    waiter: Waiter,
+    waiter: OnAcknowledged,
 }
 
 /// The group coordinator of one node.
 #[derive(Debug)]
 pub struct Coordinator {
     pub(super) config: GroupConfig,
-    pub(super) shards: BTreeMap<CoordinatorPartition, Shard>,
+    pub(super) shards: BTreeMap<CoordinatorPartition, HostedPartition>,
     in_flight: BTreeMap<ProposalId, InFlight>,
     pub(super) delete_batches: BTreeMap<u64, super::admin::DeleteBatch>,
     pub(super) next_batch: u64,
@@ -180,7 +180,7 @@ impl Coordinator {
     /// requests are answered NOT_COORDINATOR.
     pub fn begin_load(&mut self, partition: CoordinatorPartition) {
         self.unload(partition);
-        self.shards.insert(partition, Shard::new());
+        self.shards.insert(partition, HostedPartition::new());
     }
 
     /// Replays one entry of a loading partition's log, in log order.
@@ -232,7 +232,7 @@ impl Coordinator {
         let Some(shard) = self.shards.remove(&partition) else {
             return;
         };
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         let code = GroupError::NotCoordinator.code();
         for group in shard.groups.into_values() {
             for member in group.members.into_values() {
@@ -304,19 +304,19 @@ impl Coordinator {
     fn settle(
         &mut self,
         partition: CoordinatorPartition,
-        waiter: Waiter,
+        waiter: OnAcknowledged,
         result: Result<(), GroupError>,
         now_ms: u64,
     ) {
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         match waiter {
-            Waiter::Nothing => {}
-            Waiter::Retention => {
+            OnAcknowledged::Nothing => {}
+            OnAcknowledged::Retention => {
                 if let Some(shard) = self.shards.get_mut(&partition) {
                     shard.retention_in_flight = false;
                 }
             }
-            Waiter::Snapshot => {
+            OnAcknowledged::Snapshot => {
                 if let Some(shard) = self.shards.get_mut(&partition) {
                     shard.snapshot_in_flight = false;
                     // Acknowledged: the log now starts over from it. Failed:
@@ -327,7 +327,7 @@ impl Coordinator {
                     };
                 }
             }
-            Waiter::Response {
+            OnAcknowledged::Response {
                 reply,
                 mut response,
             } => {
@@ -336,13 +336,13 @@ impl Coordinator {
                 }
                 out.reply(reply, response);
             }
-            Waiter::Assignment { group, generation } => {
+            OnAcknowledged::Assignment { group, generation } => {
                 self.assignment_settled(partition, &group, generation, result, now_ms, &mut out);
             }
-            Waiter::StaticRejoin(rejoin) => {
+            OnAcknowledged::StaticRejoin(rejoin) => {
                 self.static_rejoin_settled(partition, &rejoin, result, now_ms, &mut out);
             }
-            Waiter::GroupDeleted {
+            OnAcknowledged::GroupDeleted {
                 batch,
                 index,
                 group,
@@ -358,7 +358,7 @@ impl Coordinator {
     pub fn tick(&mut self, now_ms: u64) {
         let mut outboxes = Vec::new();
         for (&partition, shard) in self.shards.iter_mut().filter(|(_, s)| !s.loading) {
-            let mut out = Outbox::default();
+            let mut out = Effects::default();
             for group in shard.groups.values_mut() {
                 group.on_tick(&self.config, now_ms, &mut out);
             }
@@ -404,8 +404,8 @@ impl Coordinator {
             }
             shard.snapshot_in_flight = true;
             shard.records_since_snapshot = 0;
-            let mut out = Outbox::default();
-            out.propose(shard.snapshot(), Waiter::Snapshot);
+            let mut out = Effects::default();
+            out.propose(shard.snapshot(), OnAcknowledged::Snapshot);
             outboxes.push((partition, out));
         }
         for (partition, out) in outboxes {
@@ -414,13 +414,13 @@ impl Coordinator {
     }
 
     /// Moves an outbox into the ready output, numbering its proposals.
-    pub(super) fn flush(&mut self, partition: CoordinatorPartition, out: Outbox) {
+    pub(super) fn flush(&mut self, partition: CoordinatorPartition, out: Effects) {
         self.ready.replies.extend(out.replies);
         for pending in out.proposals {
             self.next_proposal += 1;
             let id = ProposalId(self.next_proposal);
             let entry = encode_entry(&pending.records);
-            let compacts = matches!(pending.waiter, Waiter::Snapshot);
+            let compacts = matches!(pending.waiter, OnAcknowledged::Snapshot);
             self.ready.proposals.push(Proposal {
                 id,
                 partition,
@@ -439,7 +439,7 @@ impl Coordinator {
     }
 
     /// Moves replies that need no proposal into the ready output.
-    pub(super) fn ready_replies(&mut self, out: Outbox) {
+    pub(super) fn ready_replies(&mut self, out: Effects) {
         debug_assert!(out.proposals.is_empty(), "proposals need their partition");
         self.ready.replies.extend(out.replies);
     }
@@ -448,7 +448,7 @@ impl Coordinator {
     pub(super) fn shard_of(
         &mut self,
         group_id: &str,
-    ) -> Result<(CoordinatorPartition, &mut Shard), GroupError> {
+    ) -> Result<(CoordinatorPartition, &mut HostedPartition), GroupError> {
         if group_id.is_empty() || group_id.len() > self.config.max_group_id_bytes {
             return Err(GroupError::InvalidGroupId);
         }

@@ -9,7 +9,7 @@ use super::classic::{ClassicGroup, GroupState, Member};
 use super::coordinator::Coordinator;
 use super::error::GroupError;
 use super::record::Record;
-use super::response::{JoinAnswer, Outbox, StaticRejoin, Waiter};
+use super::response::{Effects, JoinAnswer, OnAcknowledged, StaticRejoin};
 use super::types::{ClientInfo, CoordinatorPartition, ReplyTo};
 
 /// Longest protocol type, protocol name, member id or instance id taken,
@@ -39,7 +39,7 @@ impl Coordinator {
     ) {
         let member_id = request.member_id.to_string();
         let partition = self.partition_for(&request.group_id.0);
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         if let Err(error) = self.try_join(reply, client, request, now_ms, &mut out) {
             out.join_error(reply, error.code(), &member_id);
         }
@@ -52,7 +52,7 @@ impl Coordinator {
         client: &ClientInfo,
         request: JoinGroupRequest,
         now_ms: u64,
-        out: &mut Outbox,
+        out: &mut Effects,
     ) -> Result<(), GroupError> {
         let config = self.config.clone();
         let group_id = request.group_id.0.to_string();
@@ -133,7 +133,7 @@ impl Coordinator {
         rejoin: &StaticRejoin,
         result: Result<(), GroupError>,
         now_ms: u64,
-        out: &mut Outbox,
+        out: &mut Effects,
     ) {
         let config = self.config.clone();
         let (member_id, generation) = (rejoin.member_id.as_str(), rejoin.generation);
@@ -190,9 +190,9 @@ fn join_unknown(
     group: &mut ClassicGroup,
     join: Join,
     new_id: String,
-    config: &super::config::GroupConfig,
+    config: &super::GroupConfig,
     now_ms: u64,
-    out: &mut Outbox,
+    out: &mut Effects,
 ) -> Result<(), GroupError> {
     if let Some(old_id) = join
         .instance_id
@@ -220,9 +220,9 @@ fn join_unknown(
 fn join_known(
     group: &mut ClassicGroup,
     join: Join,
-    config: &super::config::GroupConfig,
+    config: &super::GroupConfig,
     now_ms: u64,
-    out: &mut Outbox,
+    out: &mut Effects,
 ) -> Result<(), GroupError> {
     if group.pending_members.remove(&join.member_id).is_some() {
         let member_id = join.member_id.clone();
@@ -272,7 +272,7 @@ fn join_known(
 }
 
 /// Takes a rejoining member's new protocols and parks its JoinGroup.
-fn update_member(member: &mut Member, join: &Join, out: &mut Outbox) {
+fn update_member(member: &mut Member, join: &Join, out: &mut Effects) {
     if let Some(previous) = member.awaiting_join.take() {
         out.join_error(previous, GroupError::RebalanceInProgress.code(), &member.id);
     }
@@ -286,9 +286,9 @@ fn add_member_and_rebalance(
     group: &mut ClassicGroup,
     join: Join,
     member_id: String,
-    config: &super::config::GroupConfig,
+    config: &super::GroupConfig,
     now_ms: u64,
-    out: &mut Outbox,
+    out: &mut Effects,
 ) {
     let member = Member {
         id: member_id,
@@ -315,9 +315,9 @@ fn replace_static_member(
     join: Join,
     old_id: &str,
     new_id: String,
-    config: &super::config::GroupConfig,
+    config: &super::GroupConfig,
     now_ms: u64,
-    out: &mut Outbox,
+    out: &mut Effects,
 ) {
     let Some(mut member) = group.members.remove(old_id) else {
         return;
@@ -353,7 +353,7 @@ fn replace_static_member(
             // Same protocol as the generation it holds an assignment of:
             // persist the new member id, answer once acknowledged.
             let record = Record::Group(group.to_record(now_ms));
-            let waiter = Waiter::StaticRejoin(StaticRejoin {
+            let waiter = OnAcknowledged::StaticRejoin(StaticRejoin {
                 group: group.id.clone(),
                 member_id: new_id,
                 generation: group.generation,

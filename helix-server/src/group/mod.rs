@@ -14,7 +14,6 @@
 
 mod admin;
 mod classic;
-mod config;
 mod coordinator;
 mod error;
 mod join;
@@ -32,7 +31,7 @@ pub mod wire;
 mod tests;
 
 /// The coordinator's settings, part of the broker's `Config`.
-pub use config::GroupConfig;
+pub use crate::config::GroupConfig;
 
 // What the scenario tests drive, by the names they use.
 #[cfg(test)]

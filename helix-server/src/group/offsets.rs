@@ -24,7 +24,7 @@ use super::classic::{ClassicGroup, CommittedOffset, GroupState};
 use super::coordinator::Coordinator;
 use super::error::{GroupError, NONE};
 use super::record::{OffsetRecord, Record};
-use super::response::{GroupResponse, Outbox, Waiter, str_bytes};
+use super::response::{Effects, GroupResponse, OnAcknowledged, str_bytes};
 use super::types::ReplyTo;
 
 /// Longest topic name Kafka allows.
@@ -62,7 +62,7 @@ impl Coordinator {
         now_ms: u64,
     ) {
         let partition = self.partition_for(&request.group_id.0);
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         let verdict = self.validate_commit(&request, now_ms);
         let max_metadata = self.config.max_offset_metadata_bytes;
         let mut records = Vec::new();
@@ -243,7 +243,7 @@ impl Coordinator {
                 })
                 .collect();
         }
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         out.reply(reply, GroupResponse::OffsetFetch(response));
         self.ready_replies(out);
     }
@@ -292,7 +292,7 @@ impl Coordinator {
         _now_ms: u64,
     ) {
         let partition = self.partition_for(&request.group_id.0);
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         let mut response = OffsetDeleteResponse::default();
         let mut records = Vec::new();
         match self.offset_delete_scope(&request.group_id.0) {
@@ -422,8 +422,8 @@ impl Coordinator {
             }
             if !records.is_empty() {
                 shard.retention_in_flight = true;
-                let mut out = Outbox::default();
-                out.propose(records, Waiter::Retention);
+                let mut out = Effects::default();
+                out.propose(records, OnAcknowledged::Retention);
                 outboxes.push((partition, out));
             }
         }

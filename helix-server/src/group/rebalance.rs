@@ -3,11 +3,11 @@
 //! the leader's assignment is awaited), Stable; and the deadlines that
 //! drive it (session, rebalance and initial-delay timeouts).
 
+use super::GroupConfig;
 use super::classic::{ClassicGroup, GroupState};
-use super::config::GroupConfig;
 use super::error::GroupError;
 use super::record::Record;
-use super::response::{JoinAnswer, Outbox, Waiter};
+use super::response::{Effects, JoinAnswer, OnAcknowledged};
 
 fn ms(value: i32) -> u64 {
     u64::try_from(value).unwrap_or(0)
@@ -16,7 +16,7 @@ fn ms(value: i32) -> u64 {
 impl ClassicGroup {
     /// Starts a join phase. A sync phase in progress is abandoned: members
     /// waiting in SyncGroup are told REBALANCE_IN_PROGRESS.
-    pub fn prepare_rebalance(&mut self, config: &GroupConfig, now_ms: u64, out: &mut Outbox) {
+    pub fn prepare_rebalance(&mut self, config: &GroupConfig, now_ms: u64, out: &mut Effects) {
         if self.state == GroupState::CompletingRebalance {
             let code = GroupError::RebalanceInProgress.code();
             for member in self.members.values_mut() {
@@ -47,7 +47,7 @@ impl ClassicGroup {
 
     /// Rebalances unless one is already under way (then checks whether the
     /// join phase can end now).
-    pub fn rebalance_or_try_join(&mut self, config: &GroupConfig, now_ms: u64, out: &mut Outbox) {
+    pub fn rebalance_or_try_join(&mut self, config: &GroupConfig, now_ms: u64, out: &mut Effects) {
         match self.state {
             GroupState::Empty | GroupState::Stable | GroupState::CompletingRebalance => {
                 self.prepare_rebalance(config, now_ms, out)
@@ -59,7 +59,7 @@ impl ClassicGroup {
 
     /// Ends the join phase early when every member (and every member id
     /// offered with MEMBER_ID_REQUIRED) has joined.
-    pub fn try_complete_join(&mut self, now_ms: u64, out: &mut Outbox) {
+    pub fn try_complete_join(&mut self, now_ms: u64, out: &mut Effects) {
         let delaying = self.initial_delay_until_ms.is_some();
         if self.state == GroupState::PreparingRebalance && !delaying && self.all_members_joined() {
             self.complete_join(now_ms, out);
@@ -69,7 +69,7 @@ impl ClassicGroup {
     /// Ends the join phase: drops dynamic members that did not rejoin,
     /// opens the next generation and answers every waiting JoinGroup (the
     /// leader with all members' metadata).
-    pub fn complete_join(&mut self, now_ms: u64, out: &mut Outbox) {
+    pub fn complete_join(&mut self, now_ms: u64, out: &mut Effects) {
         let absent: Vec<String> = self
             .members
             .values()
@@ -109,7 +109,10 @@ impl ClassicGroup {
             self.protocol_name = None;
             self.leader = None;
             self.transition(GroupState::Empty, now_ms);
-            out.propose(vec![Record::Group(self.to_record(now_ms))], Waiter::Nothing);
+            out.propose(
+                vec![Record::Group(self.to_record(now_ms))],
+                OnAcknowledged::Nothing,
+            );
             return;
         }
         self.protocol_name = self.select_protocol();
@@ -152,7 +155,7 @@ impl ClassicGroup {
         error_code: i16,
         config: &GroupConfig,
         now_ms: u64,
-        out: &mut Outbox,
+        out: &mut Effects,
     ) {
         self.remove_member(member_id, error_code, out);
         match self.state {
@@ -165,7 +168,7 @@ impl ClassicGroup {
     }
 
     /// Fires every deadline that has passed at `now_ms`.
-    pub fn on_tick(&mut self, config: &GroupConfig, now_ms: u64, out: &mut Outbox) {
+    pub fn on_tick(&mut self, config: &GroupConfig, now_ms: u64, out: &mut Effects) {
         if self.state == GroupState::Dead {
             return;
         }

@@ -1,6 +1,6 @@
 //! What the coordinator hands back to its host: responses shaped for the
 //! negotiated version (never a field the version lacks), and proposals.
-//! Group logic writes into an [`Outbox`]; the coordinator turns it into
+//! Group logic writes into an [`Effects`]; the coordinator turns it into
 //! [`Ready`] output.
 
 use bytes::Bytes;
@@ -68,7 +68,7 @@ impl Ready {
 
 /// What to do once a proposal is acknowledged (or fails).
 #[derive(Debug, Clone)]
-pub enum Waiter {
+pub enum OnAcknowledged {
     /// Nothing waits (an emptied group's record, offset expiry).
     Nothing,
     /// Offset expiry of a partition: clears its in-flight mark.
@@ -106,12 +106,12 @@ pub struct StaticRejoin {
 #[derive(Debug)]
 pub struct PendingProposal {
     pub records: Vec<Record>,
-    pub waiter: Waiter,
+    pub waiter: OnAcknowledged,
 }
 
 /// Output collected while one input is handled.
 #[derive(Debug, Default)]
-pub struct Outbox {
+pub struct Effects {
     pub replies: Vec<Reply>,
     pub proposals: Vec<PendingProposal>,
 }
@@ -134,7 +134,7 @@ pub fn str_bytes(text: &str) -> StrBytes {
     StrBytes::from_string(text.to_owned())
 }
 
-impl Outbox {
+impl Effects {
     pub fn reply(&mut self, reply: ReplyTo, response: GroupResponse) {
         self.replies.push(Reply {
             token: reply.token,
@@ -143,7 +143,7 @@ impl Outbox {
         });
     }
 
-    pub fn propose(&mut self, records: Vec<Record>, waiter: Waiter) {
+    pub fn propose(&mut self, records: Vec<Record>, waiter: OnAcknowledged) {
         self.proposals.push(PendingProposal { records, waiter });
     }
 
@@ -153,7 +153,7 @@ impl Outbox {
         if records.is_empty() {
             self.reply(reply, response);
         } else {
-            self.propose(records, Waiter::Response { reply, response });
+            self.propose(records, OnAcknowledged::Response { reply, response });
         }
     }
 

@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use helix_raft::{GroupId, Role};
 use helix_wal::LogConfig;
@@ -26,7 +26,9 @@ use super::coordinator::Coordinator;
 use super::response::{Proposal, Reply};
 use super::types::{ClientInfo, CoordinatorPartition, ProposalId, RequestToken};
 use super::wire::{GroupCall, NodeAddress, find_coordinator};
-use crate::batcher::{Backpressure, ProduceOutcome};
+use crate::batcher::ProduceOutcome;
+use crate::budget::Backpressure;
+use crate::clock::now_ms_unsigned;
 use crate::cluster::ClusterState;
 use crate::controller::placement;
 use crate::error::{HelixError, Result};
@@ -81,13 +83,6 @@ fn check_partition_count(data_dir: &std::path::Path, count: u32) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     std::fs::write(&file, format!("{count}\n"))?;
     Ok(())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// The coordinator and the requests waiting for its replies.
@@ -283,7 +278,7 @@ impl GroupService {
                 client_host,
             };
             host.coordinator
-                .handle(token, version, &client, request, now_ms());
+                .handle(token, version, &client, request, now_ms_unsigned());
             self.drain(&mut host);
         }
         let reply = rx.await.map_err(|_| HelixError::ShuttingDown)?;
@@ -331,7 +326,7 @@ impl GroupService {
     /// Rebuilds a partition's view from its acknowledged log and serves it
     /// at the replica's current term.
     fn load(&self, id: CoordinatorPartition, partition: &Partition) -> Result<()> {
-        let now = now_ms();
+        let now = now_ms_unsigned();
         let epoch = partition.leadership().term.0;
         let mut host = self.lock();
         host.coordinator.begin_load(id);
@@ -377,7 +372,7 @@ impl GroupService {
                 let id = proposal.id;
                 let queue = self.proposers.get(&proposal.partition.0);
                 if queue.is_none_or(|q| q.send(proposal).is_err()) {
-                    host.coordinator.on_proposal_failed(id, now_ms());
+                    host.coordinator.on_proposal_failed(id, now_ms_unsigned());
                 }
             }
         }
@@ -386,9 +381,9 @@ impl GroupService {
     fn settle(&self, id: ProposalId, acknowledged: bool) {
         let mut host = self.lock();
         if acknowledged {
-            host.coordinator.on_acknowledged(id, now_ms());
+            host.coordinator.on_acknowledged(id, now_ms_unsigned());
         } else {
-            host.coordinator.on_proposal_failed(id, now_ms());
+            host.coordinator.on_proposal_failed(id, now_ms_unsigned());
         }
         self.drain(&mut host);
     }
@@ -508,7 +503,7 @@ async fn tick(service: Weak<GroupService>) {
             return;
         };
         let mut host = service.lock();
-        host.coordinator.tick(now_ms());
+        host.coordinator.tick(now_ms_unsigned());
         service.drain(&mut host);
     }
 }

@@ -14,7 +14,7 @@ use super::classic::GroupState;
 use super::coordinator::Coordinator;
 use super::error::{GroupError, NONE};
 use super::record::Record;
-use super::response::{GroupResponse, Outbox, Waiter, str_bytes};
+use super::response::{Effects, GroupResponse, OnAcknowledged, str_bytes};
 use super::types::{CoordinatorPartition, ReplyTo};
 
 fn ms(value: i32) -> u64 {
@@ -24,7 +24,7 @@ fn ms(value: i32) -> u64 {
 impl Coordinator {
     pub(super) fn sync_group(&mut self, reply: ReplyTo, request: SyncGroupRequest, now_ms: u64) {
         let partition = self.partition_for(&request.group_id.0);
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         if let Err(error) = self.try_sync(reply, request, now_ms, &mut out) {
             out.sync_error(reply, error.code());
         }
@@ -36,7 +36,7 @@ impl Coordinator {
         reply: ReplyTo,
         request: SyncGroupRequest,
         now_ms: u64,
-        out: &mut Outbox,
+        out: &mut Effects,
     ) -> Result<(), GroupError> {
         let max_assignment = self.config.max_member_metadata_bytes;
         let (_, shard) = self.shard_of(&request.group_id.0)?;
@@ -117,7 +117,7 @@ impl Coordinator {
                             .unwrap_or_default();
                     }
                     group.assignment_in_flight = Some((group.generation, assignments));
-                    let waiter = Waiter::Assignment {
+                    let waiter = OnAcknowledged::Assignment {
                         group: group.id.clone(),
                         generation: group.generation,
                     };
@@ -138,7 +138,7 @@ impl Coordinator {
         generation: i32,
         result: Result<(), GroupError>,
         now_ms: u64,
-        out: &mut Outbox,
+        out: &mut Effects,
     ) {
         let config = self.config.clone();
         let Some(group) = self
@@ -192,7 +192,7 @@ impl Coordinator {
     pub(super) fn heartbeat(&mut self, reply: ReplyTo, request: HeartbeatRequest, now_ms: u64) {
         let partition = self.partition_for(&request.group_id.0);
         let result = self.try_heartbeat(request, now_ms);
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         out.heartbeat(reply, super::error::code_of(result));
         self.flush(partition, out);
     }
@@ -224,7 +224,7 @@ impl Coordinator {
 
     pub(super) fn leave_group(&mut self, reply: ReplyTo, request: LeaveGroupRequest, now_ms: u64) {
         let partition = self.partition_for(&request.group_id.0);
-        let mut out = Outbox::default();
+        let mut out = Effects::default();
         // v0–v2 name one member; v3+ a batch of identities.
         let identities: Vec<(String, Option<String>)> = if reply.version >= 3 {
             request
@@ -268,7 +268,7 @@ impl Coordinator {
         group_id: &str,
         identities: &[(String, Option<String>)],
         now_ms: u64,
-        out: &mut Outbox,
+        out: &mut Effects,
     ) -> Result<Vec<i16>, GroupError> {
         let config = self.config.clone();
         let (_, shard) = self.shard_of(group_id)?;

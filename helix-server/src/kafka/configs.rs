@@ -173,6 +173,7 @@ pub async fn alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterConfi
         let result = match res.resource_type {
             RESOURCE_TOPIC => {
                 broker
+                    .admin
                     .set_topic_configs(&res.resource_name, configs, req.validate_only)
                     .await
             }
@@ -223,6 +224,7 @@ pub async fn incremental_alter(
                 }
             }
             broker
+                .admin
                 .set_topic_configs(&res.resource_name, configs, req.validate_only)
                 .await
         }

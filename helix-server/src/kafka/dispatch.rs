@@ -12,18 +12,20 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
-    ApiKey, OffsetCommitResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
+    ApiKey, FetchRequest, OffsetCommitRequest, OffsetCommitResponse, RequestHeader, RequestKind,
+    ResponseKind,
 };
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::Decodable;
 
-use super::segmented::{self, Frame};
+use super::segmented::{self, Frame, encode};
 use super::{
-    api_versions, cluster, configs, fetch, list_offsets, metadata, produce, records, topics,
+    api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce, records,
+    topics,
 };
 use crate::broker::Broker;
-use crate::error::{HelixError, Result};
+use crate::error::Result;
 
 /// A response still being computed: resolves to the encoded frame, or
 /// None when the request gets no response (Produce with acks=0); an error
@@ -46,11 +48,62 @@ pub async fn start(
 
 /// Decodes a frame received from `peer` and starts handling it; the peer's
 /// address reaches the group coordinator (DescribeGroups' `client_host`).
+/// The steps, in order: the header and the version checks ([`read_header`]),
+/// the body ([`decode_body`]), then the API's handler ([`route`]). A node
+/// that hears no majority answers too (ADR 0023).
 pub async fn start_from(
     broker: &Arc<Broker>,
-    mut frame: Bytes,
+    frame: Bytes,
     peer: Option<std::net::IpAddr>,
 ) -> std::result::Result<PendingResponse, Close> {
+    let (request, mut body) = match read_header(frame)? {
+        Header::Answered(pending) => return Ok(pending),
+        Header::Request(request, body) => (request, body),
+    };
+    let kind = decode_body(request.key, request.version, &mut body)?;
+    route(broker, request, kind, peer).await
+}
+
+/// A request's identity once its header is read.
+struct Request {
+    key: ApiKey,
+    version: i16,
+    header: RequestHeader,
+}
+
+impl Request {
+    /// Encodes `body` as this request's answer, counting its error codes.
+    fn respond(&self, body: ResponseKind) -> Result<Option<Frame>> {
+        crate::metrics::metrics().requests.answered(self.key, &body);
+        encode(self.key, self.version, self.header.correlation_id, &body)
+            .map(|b| Some(Frame::whole(b)))
+    }
+
+    /// The answer `body` will give, encoded when it is ready.
+    fn answer(self, body: impl Future<Output = ResponseKind> + Send + 'static) -> PendingResponse {
+        Box::pin(async move { self.respond(body.await) })
+    }
+
+    fn client_id(&self) -> String {
+        self.header
+            .client_id
+            .as_deref()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// What the header said.
+enum Header {
+    /// Answered already (a too-new ApiVersions, KIP-511).
+    Answered(PendingResponse),
+    /// A request at a served version, and its undecoded body.
+    Request(Request, Bytes),
+}
+
+/// Reads the api key, the version and the header, and checks that the API
+/// is served at that version (else the connection closes, ADR 0012).
+fn read_header(mut frame: Bytes) -> std::result::Result<Header, Close> {
     if frame.len() < 4 {
         return Err(Close("request shorter than its api key and version".into()));
     }
@@ -62,16 +115,36 @@ pub async fn start_from(
     }
     let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
         .map_err(|e| Close(format!("bad {key:?} request header: {e}")))?;
-    let correlation_id = header.correlation_id;
     if key == ApiKey::ApiVersions && !api_versions::serves(key, version) {
         // KIP-511: answer a too-new ApiVersions with our ranges in a v0 body.
         let body = ResponseKind::ApiVersions(api_versions::response(true));
-        return Ok(ready(encode(ApiKey::ApiVersions, 0, correlation_id, &body)));
+        return Ok(Header::Answered(ready(encode(
+            ApiKey::ApiVersions,
+            0,
+            header.correlation_id,
+            &body,
+        ))));
     }
     if !api_versions::serves(key, version) {
         return Err(Close(format!("unsupported version {version} of {key:?}")));
     }
-    let request = RequestKind::decode(key, &mut frame, version)
+    Ok(Header::Request(
+        Request {
+            key,
+            version,
+            header,
+        },
+        frame,
+    ))
+}
+
+/// Decodes the body at `version`; trailing bytes are tolerated (logged).
+fn decode_body(
+    key: ApiKey,
+    version: i16,
+    frame: &mut Bytes,
+) -> std::result::Result<RequestKind, Close> {
+    let request = RequestKind::decode(key, frame, version)
         .map_err(|e| Close(format!("malformed {key:?} v{version} body: {e}")))?;
     if frame.has_remaining() {
         tracing::debug!(
@@ -81,151 +154,142 @@ pub async fn start_from(
             "request has trailing bytes"
         );
     }
+    Ok(request)
+}
+
+/// The per-API table: each request to its handler. Produce is queued to
+/// its partitions here, in request order; every other handler runs in the
+/// returned future.
+async fn route(
+    broker: &Arc<Broker>,
+    r: Request,
+    kind: RequestKind,
+    peer: Option<std::net::IpAddr>,
+) -> std::result::Result<PendingResponse, Close> {
     let b = broker.clone();
-    let respond = move |body: ResponseKind| {
-        crate::metrics::metrics().requests.answered(key, &body);
-        encode(key, version, correlation_id, &body).map(|b| Some(Frame::whole(b)))
-    };
-    let pending: PendingResponse =
-        match request {
-            RequestKind::Produce(req) => {
-                let waiting = produce::enqueue(&b, req, version).await;
-                Box::pin(async move {
-                    match waiting.await? {
-                        Some(resp) => respond(ResponseKind::Produce(resp)),
-                        None => Ok(None),
-                    }
-                })
-            }
-            RequestKind::ApiVersions(_) => Box::pin(async move {
-                respond(ResponseKind::ApiVersions(api_versions::response(false)))
-            }),
-            RequestKind::Metadata(req) => Box::pin(async move {
-                respond(ResponseKind::Metadata(
-                    metadata::handle(&b, req, version).await,
-                ))
-            }),
-            RequestKind::Fetch(req) => Box::pin(async move {
-                let resp = fetch::handle(&b, req, version).await;
-                crate::metrics::metrics().requests.fetch_answered(
-                    std::iter::once(resp.error_code).chain(
-                        resp.responses
-                            .iter()
-                            .flat_map(|t| &t.partitions)
-                            .map(|p| p.error_code),
-                    ),
-                );
-                segmented::encode_fetch(version, correlation_id, resp).map(Some)
-            }),
-            RequestKind::ListOffsets(req) => Box::pin(async move {
-                respond(ResponseKind::ListOffsets(list_offsets::handle(
-                    &b, req, version,
-                )))
-            }),
-            RequestKind::CreateTopics(req) => Box::pin(async move {
-                respond(ResponseKind::CreateTopics(
-                    topics::create_topics(&b, req, version).await,
-                ))
-            }),
-            RequestKind::DeleteTopics(req) => Box::pin(async move {
-                respond(ResponseKind::DeleteTopics(
-                    topics::delete_topics(&b, req, version).await,
-                ))
-            }),
-            RequestKind::CreatePartitions(req) => Box::pin(async move {
-                respond(ResponseKind::CreatePartitions(
-                    topics::create_partitions(&b, req).await,
-                ))
-            }),
-            RequestKind::DescribeConfigs(req) => Box::pin(async move {
-                respond(ResponseKind::DescribeConfigs(configs::describe(
-                    &b, req, version,
-                )))
-            }),
-            RequestKind::AlterConfigs(req) => Box::pin(async move {
-                respond(ResponseKind::AlterConfigs(configs::alter(&b, req).await))
-            }),
-            RequestKind::IncrementalAlterConfigs(req) => Box::pin(async move {
-                respond(ResponseKind::IncrementalAlterConfigs(
-                    configs::incremental_alter(&b, req).await,
-                ))
-            }),
-            RequestKind::InitProducerId(req) => Box::pin(async move {
-                respond(ResponseKind::InitProducerId(
-                    produce::init_producer_id(&b, req).await,
-                ))
-            }),
-            RequestKind::DescribeCluster(req) => Box::pin(async move {
-                respond(ResponseKind::DescribeCluster(cluster::describe(
-                    &b, req, version,
-                )))
-            }),
-            RequestKind::DeleteRecords(req) => Box::pin(async move {
-                respond(ResponseKind::DeleteRecords(
-                    records::delete_records(&b, req).await,
-                ))
-            }),
-            RequestKind::OffsetForLeaderEpoch(req) => Box::pin(async move {
-                respond(ResponseKind::OffsetForLeaderEpoch(
-                    records::offset_for_leader_epoch(&b, req),
-                ))
-            }),
-            RequestKind::OffsetCommit(mut req) => {
-                let unknown = super::offset_commit::take_unknown(&b, &mut req);
-                if req.topics.is_empty() && !unknown.is_empty() {
-                    let resp = OffsetCommitResponse::default().with_topics(unknown);
-                    return Ok(Box::pin(async move {
-                        respond(ResponseKind::OffsetCommit(resp))
-                    }));
+    let v = r.version;
+    Ok(match kind {
+        RequestKind::Produce(req) => {
+            let waiting = produce::enqueue(&b, req, v).await;
+            Box::pin(async move {
+                match waiting.await? {
+                    Some(resp) => r.respond(ResponseKind::Produce(resp)),
+                    None => Ok(None),
                 }
-                let call = crate::group::wire::classify(RequestKind::OffsetCommit(req))
-                    .map_err(|other| Close(format!("no handler for {other:?}")))?;
-                let client_id = header.client_id.as_deref().unwrap_or_default().to_string();
-                let host = crate::group::wire::client_host(peer);
-                Box::pin(async move {
-                    let mut answer = b.groups.call(call, version, client_id, host).await?;
-                    if let ResponseKind::OffsetCommit(r) = &mut answer {
-                        r.topics.extend(unknown);
-                    }
-                    respond(answer)
-                })
-            }
-            other => {
-                let call = crate::group::wire::classify(other)
-                    .map_err(|other| Close(format!("no handler for {other:?}")))?;
-                let client_id = header.client_id.as_deref().unwrap_or_default().to_string();
-                let host = crate::group::wire::client_host(peer);
-                Box::pin(
-                    async move { respond(b.groups.call(call, version, client_id, host).await?) },
-                )
-            }
-        };
-    Ok(pending)
+            })
+        }
+        RequestKind::Fetch(req) => fetch_answer(b, r, req),
+        RequestKind::ApiVersions(_) => {
+            r.answer(async move { ResponseKind::ApiVersions(api_versions::response(false)) })
+        }
+        RequestKind::Metadata(req) => {
+            r.answer(async move { ResponseKind::Metadata(metadata::handle(&b, req, v).await) })
+        }
+        RequestKind::ListOffsets(req) => {
+            r.answer(async move { ResponseKind::ListOffsets(list_offsets::handle(&b, req, v)) })
+        }
+        RequestKind::CreateTopics(req) => {
+            r.answer(
+                async move { ResponseKind::CreateTopics(topics::create_topics(&b, req, v).await) },
+            )
+        }
+        RequestKind::DeleteTopics(req) => {
+            r.answer(
+                async move { ResponseKind::DeleteTopics(topics::delete_topics(&b, req, v).await) },
+            )
+        }
+        RequestKind::CreatePartitions(req) => r.answer(async move {
+            ResponseKind::CreatePartitions(topics::create_partitions(&b, req).await)
+        }),
+        RequestKind::DescribeConfigs(req) => {
+            r.answer(async move { ResponseKind::DescribeConfigs(configs::describe(&b, req, v)) })
+        }
+        RequestKind::AlterConfigs(req) => {
+            r.answer(async move { ResponseKind::AlterConfigs(configs::alter(&b, req).await) })
+        }
+        RequestKind::IncrementalAlterConfigs(req) => r.answer(async move {
+            ResponseKind::IncrementalAlterConfigs(configs::incremental_alter(&b, req).await)
+        }),
+        RequestKind::InitProducerId(req) => r.answer(async move {
+            ResponseKind::InitProducerId(produce::init_producer_id(&b, req).await)
+        }),
+        RequestKind::DescribeCluster(req) => r.answer(async move {
+            ResponseKind::DescribeCluster(describe_cluster::describe(&b, req, v))
+        }),
+        RequestKind::DeleteRecords(req) => {
+            r.answer(
+                async move { ResponseKind::DeleteRecords(records::delete_records(&b, req).await) },
+            )
+        }
+        RequestKind::OffsetForLeaderEpoch(req) => r.answer(async move {
+            ResponseKind::OffsetForLeaderEpoch(records::offset_for_leader_epoch(&b, req))
+        }),
+        RequestKind::OffsetCommit(req) => offset_commit(b, r, req, peer)?,
+        other => group_call(b, r, other, peer)?,
+    })
+}
+
+/// Fetch is encoded around the WAL's bytes (`segmented`), not copied into
+/// a response body; its error codes are counted here.
+fn fetch_answer(b: Arc<Broker>, r: Request, req: FetchRequest) -> PendingResponse {
+    Box::pin(async move {
+        let resp = fetch::handle(&b, req, r.version).await;
+        crate::metrics::metrics().requests.fetch_answered(
+            std::iter::once(resp.error_code).chain(
+                resp.responses
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .map(|p| p.error_code),
+            ),
+        );
+        segmented::encode_fetch(r.version, r.header.correlation_id, resp).map(Some)
+    })
+}
+
+/// OffsetCommit: partitions of unknown topics are answered here; the rest
+/// goes to the group coordinator.
+fn offset_commit(
+    b: Arc<Broker>,
+    r: Request,
+    mut req: OffsetCommitRequest,
+    peer: Option<std::net::IpAddr>,
+) -> std::result::Result<PendingResponse, Close> {
+    let unknown = super::offset_commit::take_unknown(&b, &mut req);
+    if req.topics.is_empty() && !unknown.is_empty() {
+        let resp = OffsetCommitResponse::default().with_topics(unknown);
+        return Ok(Box::pin(async move {
+            r.respond(ResponseKind::OffsetCommit(resp))
+        }));
+    }
+    let call = crate::group::wire::classify(RequestKind::OffsetCommit(req))
+        .map_err(|other| Close(format!("no handler for {other:?}")))?;
+    let client_id = r.client_id();
+    let host = crate::group::wire::client_host(peer);
+    Ok(Box::pin(async move {
+        let mut answer = b.groups.call(call, r.version, client_id, host).await?;
+        if let ResponseKind::OffsetCommit(resp) = &mut answer {
+            resp.topics.extend(unknown);
+        }
+        r.respond(answer)
+    }))
+}
+
+/// Every other API is the group coordinator's.
+fn group_call(
+    b: Arc<Broker>,
+    r: Request,
+    other: RequestKind,
+    peer: Option<std::net::IpAddr>,
+) -> std::result::Result<PendingResponse, Close> {
+    let call = crate::group::wire::classify(other)
+        .map_err(|other| Close(format!("no handler for {other:?}")))?;
+    let client_id = r.client_id();
+    let host = crate::group::wire::client_host(peer);
+    Ok(Box::pin(async move {
+        r.respond(b.groups.call(call, r.version, client_id, host).await?)
+    }))
 }
 
 fn ready(encoded: Result<Bytes>) -> PendingResponse {
     Box::pin(async move { encoded.map(|b| Some(Frame::whole(b))) })
-}
-
-/// Encodes a whole response frame (length, header, body) for `version`. A failure here is a
-/// broker bug (a field the version lacks); the connection is closed.
-pub fn encode(
-    key: ApiKey,
-    version: i16,
-    correlation_id: i32,
-    body: &ResponseKind,
-) -> Result<Bytes> {
-    let mut buf = BytesMut::with_capacity(64);
-    buf.put_i32(0); // the frame length, filled in below
-    let mut header = ResponseHeader::default();
-    header.correlation_id = correlation_id;
-    header
-        .encode(&mut buf, key.response_header_version(version))
-        .map_err(|e| HelixError::InvalidRequest(format!("encoding {key:?} header: {e}")))?;
-    body.encode(&mut buf, version)
-        .map_err(|e| HelixError::InvalidRequest(format!("encoding {key:?} v{version}: {e:#}")))?;
-    let len = i32::try_from(buf.len() - 4)
-        .map_err(|_| HelixError::InvalidRequest(format!("{key:?} response above 2 GiB")))?;
-    buf[0..4].copy_from_slice(&len.to_be_bytes());
-    Ok(buf.freeze())
 }

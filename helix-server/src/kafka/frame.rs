@@ -2,11 +2,8 @@
 //! followed by that many bytes. The declared length is checked against the
 //! configured maximum before any buffer is allocated for it.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{HelixError, Result};
 
@@ -60,46 +57,6 @@ pub async fn read_body<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<By
     Ok(Bytes::from(buf))
 }
 
-/// The node's budget of request bytes being received and processed
-/// (Kafka's `queued.max.request.bytes`, finite here): a connection takes a
-/// frame's declared length from it before reading the frame's bytes and
-/// gives it back when the request is answered. A connection whose next
-/// request does not fit stops reading until enough is given back, so
-/// however many connections send large requests (or start them and stall),
-/// the bytes held for requests stay within the budget.
-#[derive(Debug, Clone)]
-pub struct RequestBudget {
-    bytes: Arc<Semaphore>,
-    total: usize,
-}
-
-impl RequestBudget {
-    pub fn new(total: usize) -> RequestBudget {
-        let total = total.clamp(1, u32::MAX as usize);
-        RequestBudget {
-            bytes: Arc::new(Semaphore::new(total)),
-            total,
-        }
-    }
-
-    /// Waits until a frame of `len` bytes fits (one larger than the whole
-    /// budget takes all of it); the bool says whether it had to wait. None
-    /// only if the budget was closed (never done).
-    pub async fn acquire(&self, len: usize) -> Option<(OwnedSemaphorePermit, bool)> {
-        let n = len.clamp(1, self.total) as u32;
-        if let Ok(p) = self.bytes.clone().try_acquire_many_owned(n) {
-            return Some((p, false));
-        }
-        let p = self.bytes.clone().acquire_many_owned(n).await.ok()?;
-        Some((p, true))
-    }
-
-    /// Bytes not taken now.
-    pub fn available(&self) -> usize {
-        self.bytes.available_permits()
-    }
-}
-
 /// First allocation for a frame (typical produce requests fit); larger
 /// frames grow as their bytes arrive.
 const INITIAL_FRAME_BUFFER: usize = 1024 * 1024;
@@ -107,29 +64,6 @@ const INITIAL_FRAME_BUFFER: usize = 1024 * 1024;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn a_request_that_does_not_fit_waits_until_the_budget_frees() {
-        let budget = RequestBudget::new(100);
-        let (first, waited) = budget.acquire(60).await.expect("open");
-        assert!(!waited);
-        let second = tokio::spawn({
-            let budget = budget.clone();
-            async move { budget.acquire(60).await.expect("open") }
-        });
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        assert!(!second.is_finished(), "60 more bytes do not fit in 40");
-        drop(first);
-        let (second, waited) = second.await.expect("task");
-        assert!(waited);
-        assert_eq!(budget.available(), 40);
-        drop(second);
-        // A frame larger than the whole budget takes all of it, alone.
-        let (all, _) = budget.acquire(1 << 30).await.expect("open");
-        assert_eq!(budget.available(), 0);
-        drop(all);
-        assert_eq!(budget.available(), 100);
-    }
 
     #[tokio::test]
     async fn a_frame_round_trips() {

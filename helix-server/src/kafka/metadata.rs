@@ -68,7 +68,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
             let mut out = Vec::with_capacity(requested.len());
             for r in requested {
                 let found = match &r.name {
-                    Some(name) if allow_create => broker.topic_or_create(name).await,
+                    Some(name) if allow_create => broker.admin.topic_or_create(name).await,
                     Some(name) => broker
                         .topic(name)
                         .ok_or(HelixError::UnknownTopicOrPartition),

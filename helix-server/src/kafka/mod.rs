@@ -3,9 +3,9 @@
 
 pub mod admission;
 pub mod api_versions;
-pub mod cluster;
 pub mod configs;
 pub mod connection;
+pub mod describe_cluster;
 pub mod dispatch;
 pub mod fetch;
 pub mod frame;

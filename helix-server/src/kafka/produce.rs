@@ -25,13 +25,14 @@ use super::metadata::broker_id;
 use super::wire_str;
 use crate::batcher::{PendingProduce, ProduceOutcome};
 use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::config::BackpressureMode;
 use crate::controller::topic_config::EffectiveConfig;
 use crate::error::{HelixError, code};
 use crate::metrics::{Metrics, metrics};
 use crate::partition::batch;
 use crate::partition::recompress::recompress;
-use crate::topics::{now_ms, replica};
+use crate::topics::replica;
 
 /// The shortest time a produce request waits for room or an answer, so a
 /// tiny client timeout does not turn a short queue into errors.

@@ -18,11 +18,11 @@ use std::hash::{BuildHasher, RandomState};
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, FetchResponse, ResponseKind};
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, FetchResponse, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::Encodable;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::dispatch;
 use crate::error::{HelixError, Result};
 use crate::metrics::{Metrics, metrics};
 
@@ -194,7 +194,7 @@ fn encode_fetch_tagged(
             }
         }
     }
-    let meta = dispatch::encode(ApiKey::Fetch, version, correlation_id, &body)?;
+    let meta = encode(ApiKey::Fetch, version, correlation_id, &body)?;
     if originals.is_empty() {
         return Ok(Frame::whole(meta));
     }
@@ -218,7 +218,7 @@ fn encode_fetch_tagged(
             }
         }
     }
-    dispatch::encode(ApiKey::Fetch, version, correlation_id, &body).map(Frame::whole)
+    encode(ApiKey::Fetch, version, correlation_id, &body).map(Frame::whole)
 }
 
 /// Replaces the markers in `meta` (an encoded frame) by `originals`; None
@@ -257,6 +257,29 @@ fn splice(version: i16, meta: &Bytes, tag: Tag, originals: &[Bytes]) -> Option<F
     segments.push(meta.slice(cursor..));
     segments[0] = Bytes::copy_from_slice(&i32::try_from(size).ok()?.to_be_bytes());
     Some(Frame { segments })
+}
+
+/// Encodes a whole response frame (length, header, body) for `version`. A failure here is a
+/// broker bug (a field the version lacks); the connection is closed.
+pub fn encode(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> Result<Bytes> {
+    let mut buf = BytesMut::with_capacity(64);
+    buf.put_i32(0); // the frame length, filled in below
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation_id;
+    header
+        .encode(&mut buf, key.response_header_version(version))
+        .map_err(|e| HelixError::InvalidRequest(format!("encoding {key:?} header: {e}")))?;
+    body.encode(&mut buf, version)
+        .map_err(|e| HelixError::InvalidRequest(format!("encoding {key:?} v{version}: {e:#}")))?;
+    let len = i32::try_from(buf.len() - 4)
+        .map_err(|_| HelixError::InvalidRequest(format!("{key:?} response above 2 GiB")))?;
+    buf[0..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf.freeze())
 }
 
 #[cfg(test)]

@@ -92,7 +92,7 @@ fn shapes(version: i16) -> Vec<FetchResponse> {
 }
 
 fn plain(version: i16, resp: &FetchResponse) -> Bytes {
-    dispatch::encode(
+    encode(
         ApiKey::Fetch,
         version,
         42,

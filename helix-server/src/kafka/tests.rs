@@ -21,10 +21,12 @@ async fn broker(dir: &std::path::Path) -> Arc<Broker> {
         ..Config::default()
     };
     let b = Broker::open(config).await.expect("open broker");
-    b.create_topic("t", 1, -1, None, Default::default(), false)
+    b.admin
+        .create_topic("t", 1, -1, None, Default::default(), false)
         .await
         .expect("topic t");
-    b.create_topic("cp", 1, -1, None, Default::default(), false)
+    b.admin
+        .create_topic("cp", 1, -1, None, Default::default(), false)
         .await
         .expect("topic cp");
     b
@@ -352,7 +354,8 @@ async fn unknown_api_key_and_undecodable_produce_version_close_the_connection() 
 async fn a_bad_batch_fails_its_partition_only_and_fetch_returns_the_good_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let b = broker(dir.path()).await;
-    b.create_topic("two", 2, -1, None, Default::default(), false)
+    b.admin
+        .create_topic("two", 2, -1, None, Default::default(), false)
         .await
         .expect("topic");
     let good = make_batch(&[b"good"], -1, -1, 5);
@@ -523,7 +526,8 @@ async fn metadata_v0_with_no_topics_lists_every_topic_and_v1_lists_none() {
 async fn fetch_frames_carry_the_wal_slices_themselves() {
     let dir = tempfile::tempdir().expect("tempdir");
     let b = broker(dir.path()).await;
-    b.create_topic("z", 2, -1, None, Default::default(), false)
+    b.admin
+        .create_topic("z", 2, -1, None, Default::default(), false)
         .await
         .expect("topic");
     let mut td = produce_request::TopicProduceData::default();
@@ -565,7 +569,7 @@ async fn fetch_frames_carry_the_wal_slices_themselves() {
             );
             wal.push(records);
         }
-        let expected = dispatch::encode(ApiKey::Fetch, version, 1, &resp.clone().into())
+        let expected = super::segmented::encode(ApiKey::Fetch, version, 1, &resp.clone().into())
             .expect("plain encode");
         let frame = super::segmented::encode_fetch(version, 1, resp).expect("segmented");
         for records in &wal {

@@ -14,7 +14,8 @@ use kafka_protocol::messages::{
 };
 
 use super::{wire_str, wire_topic};
-use crate::broker::{Broker, NewTopic};
+use crate::admin::NewTopic;
+use crate::broker::Broker;
 use crate::controller::topic_config;
 use crate::error::HelixError;
 
@@ -91,6 +92,7 @@ async fn create_one(
         }
     }
     broker
+        .admin
         .create_topic(
             &t.name,
             t.num_partitions,
@@ -134,7 +136,7 @@ pub async fn delete_topics(
         let mut r = DeletableTopicResult::default();
         let name = name.or_else(|| broker.topic_by_id(id).map(|t| t.name.clone()));
         let result = match &name {
-            Some(n) => broker.delete_topic(n).await,
+            Some(n) => broker.admin.delete_topic(n).await,
             None => Err(HelixError::UnknownTopicId),
         };
         r.name = name.as_deref().map(wire_topic);
@@ -172,6 +174,7 @@ pub async fn create_partitions(
         let result = match assignments {
             Ok(assignments) => {
                 broker
+                    .admin
                     .create_partitions(&t.name, t.count, assignments, req.validate_only)
                     .await
             }

@@ -8,7 +8,8 @@ use helix_raft::LogIndex;
 use tokio::sync::oneshot;
 
 use super::producers::Decision;
-use crate::batcher::{PendingProduce, ProduceOutcome, Room};
+use crate::batcher::{PendingProduce, ProduceOutcome};
+use crate::budget::Room;
 use crate::error::{HelixError, Result};
 
 /// Who waits for a proposed entry.

@@ -13,7 +13,8 @@ use kafka_protocol::records::{
 use tokio::sync::oneshot;
 
 use super::{Partition, batch};
-use crate::batcher::{Backpressure, PendingProduce, ProduceOutcome};
+use crate::batcher::{PendingProduce, ProduceOutcome};
+use crate::budget::Backpressure;
 use crate::error::{HelixError, Result};
 
 /// Bytes read per step while replaying.
@@ -31,10 +32,7 @@ pub fn value_batch(value: &Bytes) -> Result<Bytes> {
         timestamp_type: TimestampType::Creation,
         offset: 0,
         sequence: -1,
-        timestamp: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0),
+        timestamp: crate::clock::now_ms(),
         key: None,
         value: Some(value.clone()),
         headers: Default::default(),

@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
-use helix_raft::HardState;
-use helix_wal::PartitionLog;
+use helix_raft::{HardState, NodeId};
+use helix_wal::{Durability, PartitionLog};
 
 use super::raft::HardStateFile;
 use super::{PartitionSettings, scan};
@@ -17,6 +17,51 @@ use crate::error::{HelixError, Result};
 /// Written into the replica's directory when a read finds damage in a
 /// group with other replicas: the next open sets the log aside.
 const MARK: &str = "damaged";
+
+/// Written into every replica directory when a lost page cache is found
+/// (`rejoin::boot::mark_replicas`), before the new boot id is recorded; the
+/// replica's next open decides and removes it. So a crash between the two
+/// never leaves a replica voting with a log it may have lost: its mark is
+/// still there.
+pub const PAGE_CACHE_MARK: &str = "page-cache-lost";
+
+/// Whether a replica being opened starts as a learner because its node may
+/// have lost what it reported durable (ADR 0018). The node's standing
+/// (`rejoin::Standing`) decides; the replica only asks, at open.
+pub trait LearnerAtOpen: std::fmt::Debug + Send + Sync {
+    /// Some(reason) if the replica in `dir` starts as a learner.
+    /// `has_state`: it has a stored vote; `page_cache_mark`: the nodes its
+    /// [`PAGE_CACHE_MARK`] names.
+    fn learner_at_open(
+        &self,
+        dir: &Path,
+        has_state: bool,
+        page_cache_mark: Option<&[u64]>,
+        durability: Durability,
+        voters: &[NodeId],
+    ) -> Option<&'static str>;
+}
+
+/// The mark in a replica directory: the nodes that had lost their page
+/// cache when it was written (`None`: no mark).
+pub fn replica_mark(dir: &Path) -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string(dir.join(PAGE_CACHE_MARK)).ok()?;
+    Some(
+        text.split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect(),
+    )
+}
+
+/// Removes the mark once the replica's vote says what was decided.
+pub fn clear_replica_mark(dir: &Path) -> Result<()> {
+    match std::fs::remove_file(dir.join(PAGE_CACHE_MARK)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
 
 /// A replica whose log was found damaged inside flushed data, in a group
 /// with other replicas: its vote record says `learner` before anything else
@@ -42,7 +87,7 @@ pub(super) fn rejoin(
     hard_state.learner = true;
     vote.store(*hard_state)?;
     let wal_dir = dir.join("wal");
-    let aside = dir.join(format!("wal.damaged-{}", crate::topics::now_ms()));
+    let aside = dir.join(format!("wal.damaged-{}", crate::clock::now_ms()));
     if wal_dir.exists() {
         std::fs::rename(&wal_dir, &aside)?;
     }

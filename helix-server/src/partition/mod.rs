@@ -14,7 +14,7 @@ pub mod apply;
 pub mod batch;
 pub mod entry;
 pub mod internal;
-mod learner;
+pub mod learner;
 pub mod producers;
 pub mod raft;
 pub mod recompress;
@@ -50,7 +50,7 @@ pub struct PartitionSettings {
     pub producer_id_expiration_ms: i64,
     /// Where the node stands: whether this replica may have lost what it
     /// reported durable and starts as a learner (ADR 0018).
-    pub standing: Arc<crate::rejoin::Standing>,
+    pub standing: Arc<dyn learner::LearnerAtOpen>,
 }
 
 /// The role, term and leader of a replica's group, as last published.
@@ -175,7 +175,7 @@ pub fn recover(
     let hard_state_file = HardStateFile::new(dir);
     let has_state = hard_state_file.exists();
     let mut hard_state = hard_state_file.load()?;
-    let page_cache_mark = crate::rejoin::boot::replica_mark(dir);
+    let page_cache_mark = learner::replica_mark(dir);
     if !hard_state.learner
         && let Some(why) = settings.standing.learner_at_open(
             dir,
@@ -199,7 +199,7 @@ pub fn recover(
     }
     if page_cache_mark.is_some() {
         // Decided, and the vote says so: the mark has done its work.
-        crate::rejoin::boot::clear_replica_mark(dir)?;
+        learner::clear_replica_mark(dir)?;
     }
     // Damage inside flushed data (in the active segment's checkpointed
     // range, or a sealed segment that does not hold what its metadata

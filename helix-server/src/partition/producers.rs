@@ -21,6 +21,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::batch::{BatchHeader, NO_PRODUCER_ID, parse_header};
+use crate::config::DEFAULT_PRODUCER_ID_EXPIRATION_MS;
 use crate::error::{HelixError, Result};
 
 /// Batches remembered per producer: Kafka clients keep at most 5 in flight
@@ -30,9 +31,6 @@ const REMEMBERED_BATCHES: usize = 5;
 /// Producers remembered per partition. Each costs about 200 bytes; past the
 /// limit the producer whose last batch is oldest is forgotten (ADR 0022).
 pub const MAX_PRODUCERS: usize = 10_000;
-
-/// Kafka's `producer.id.expiration.ms` default: one day.
-pub const DEFAULT_EXPIRATION_MS: i64 = 86_400_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct BatchSeq {
@@ -139,7 +137,7 @@ pub struct ProducerTable {
 }
 
 fn default_expiration() -> i64 {
-    DEFAULT_EXPIRATION_MS
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS
 }
 
 impl Default for ProducerTable {
@@ -147,7 +145,7 @@ impl Default for ProducerTable {
         ProducerTable {
             producers: HashMap::new(),
             clock: 0,
-            expiration_ms: DEFAULT_EXPIRATION_MS,
+            expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         }
     }
 }

@@ -5,7 +5,7 @@
 //! restarted replica votes and checks appends against its whole WAL at
 //! once. A one-voter group (a single node) elects itself immediately and
 //! appends a no-op of its new term (the entry that lets the acknowledged
-//! index move, see DESIGN.md).
+//! index move, see docs/design.md).
 
 use std::path::{Path, PathBuf};
 
@@ -163,7 +163,7 @@ pub struct GroupSpec {
 /// Builds a replica's group from its persisted vote and its WAL (last
 /// position and the first index of every term in it). A one-voter group
 /// campaigns at once: it is leader immediately, at a new term whose no-op
-/// entry lets the acknowledged index move (DESIGN.md).
+/// entry lets the acknowledged index move (docs/design.md).
 pub fn restore_group(
     spec: &GroupSpec,
     hard_state: HardState,

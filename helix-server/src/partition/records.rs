@@ -8,7 +8,8 @@
 
 use std::io::{self, Read};
 
-use super::batch::{HEADER_LEN, parse_header};
+use helix_wal::batch::{BatchHeader, HEADER_LEN};
+
 use crate::error::{HelixError, Result};
 
 /// Largest snappy block decompressed at once (a declared length above it is
@@ -58,7 +59,8 @@ pub fn walk(batch: &[u8], mut visit: impl FnMut(RecordPrefix) -> bool) -> Result
 /// The records section of the whole batch at the start of `batch`,
 /// decompressed as a stream.
 pub fn records_reader(batch: &[u8]) -> Result<Box<dyn Read + '_>> {
-    let h = parse_header(batch)?;
+    let h =
+        BatchHeader::parse_checked(batch).map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
     let body = batch
         .get(HEADER_LEN..h.total_len())
         .ok_or_else(|| HelixError::CorruptBatch("batch shorter than declared".into()))?;

@@ -15,13 +15,9 @@ use std::path::{Path, PathBuf};
 
 use crate::config::WriteDurability;
 use crate::error::Result;
+use crate::partition::learner::PAGE_CACHE_MARK;
 
 const BOOT_ID_FILE: &str = "boot-id";
-/// Written into every replica directory when a lost page cache is found,
-/// before the new boot id is recorded; the replica's next open decides and
-/// removes it. So a crash between the two never leaves a replica voting
-/// with a log it may have lost: its mark is still there.
-const REPLICA_MARK: &str = "page-cache-lost";
 const CLEAN_FILE: &str = "clean-shutdown";
 const HOST_BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 /// Names the file to read the host boot id from instead of the kernel's.
@@ -113,7 +109,7 @@ pub fn mark_replicas(data_dir: &Path, lost: &[u64]) -> Result<usize> {
     let mut marked = 0;
     let mut parents = Vec::new();
     for dir in replica_dirs(data_dir)? {
-        let path = dir.join(REPLICA_MARK);
+        let path = dir.join(PAGE_CACHE_MARK);
         std::fs::write(&path, &text)?;
         std::fs::File::open(&path)?.sync_all()?;
         parents.push(dir);
@@ -160,30 +156,10 @@ fn subdirs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// The mark in a replica directory: the nodes that had lost their page
-/// cache when it was written (`None`: no mark).
-pub fn replica_mark(dir: &Path) -> Option<Vec<u64>> {
-    let text = std::fs::read_to_string(dir.join(REPLICA_MARK)).ok()?;
-    Some(
-        text.split_whitespace()
-            .filter_map(|w| w.parse().ok())
-            .collect(),
-    )
-}
-
-/// Removes the mark once the replica's vote says what was decided.
-pub fn clear_replica_mark(dir: &Path) -> Result<()> {
-    match std::fs::remove_file(dir.join(REPLICA_MARK)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-        _ => {}
-    }
-    std::fs::File::open(dir)?.sync_all()?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::partition::learner::{clear_replica_mark, replica_mark};
 
     use WriteDurability::{Fsync, ReplicationOnly};
 

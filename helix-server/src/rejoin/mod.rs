@@ -28,9 +28,10 @@ use bytes::Bytes;
 use helix_raft::NodeId;
 use helix_wal::Durability;
 
-use crate::cluster::peers::PeerLink;
+use crate::cluster::peers::{BoxFuture, CallService, PeerLink, PeerWitness};
 use crate::config::Config;
 use crate::error::Result;
+use crate::partition::learner::LearnerAtOpen;
 use crate::partition::raft::HardStateFile;
 use formation::{Start, StatusAnswer, Witnesses};
 use identity::{Membership, NodeIdentity};
@@ -225,6 +226,42 @@ impl Standing {
     }
 }
 
+/// Every replica opened on this node asks the standing whether it starts
+/// as a learner.
+impl LearnerAtOpen for Standing {
+    fn learner_at_open(
+        &self,
+        dir: &Path,
+        has_state: bool,
+        page_cache_mark: Option<&[u64]>,
+        durability: Durability,
+        voters: &[NodeId],
+    ) -> Option<&'static str> {
+        Standing::learner_at_open(self, dir, has_state, page_cache_mark, durability, voters)
+    }
+}
+
+/// Peers' status calls ([`CALL_STATUS`]) are answered from the standing,
+/// as it is when the call arrives (also while the node is still deciding).
+impl CallService for Standing {
+    fn serve(&self, from: NodeId, _body: Bytes) -> BoxFuture<std::result::Result<Bytes, String>> {
+        let status = self.answer(from);
+        Box::pin(async move {
+            serde_json::to_vec(&status)
+                .map(Bytes::from)
+                .map_err(|e| format!("cannot encode the status: {e}"))
+        })
+    }
+}
+
+/// A node sends only once it has formed: every peer heard from takes part,
+/// and if it ever comes back on a new directory, this node says so.
+impl PeerWitness for Standing {
+    fn heard_from(&self, from: NodeId) {
+        Standing::heard_from(self, from);
+    }
+}
+
 /// Encodes a status call.
 pub fn status_request() -> Bytes {
     Bytes::from_static(&[CALL_STATUS])
@@ -295,7 +332,7 @@ pub async fn establish(
             let id = NodeIdentity {
                 cluster_id: cluster_id.to_string(),
                 node_id: config.node_id,
-                incarnation: crate::broker::random_uuid().simple().to_string(),
+                incarnation: crate::ids::random_uuid().simple().to_string(),
                 membership,
             };
             id.store(data_dir)?;

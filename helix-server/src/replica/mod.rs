@@ -24,6 +24,7 @@
 //!   hands every led group over at shutdown (balancing runs in the shards).
 
 mod catch_up;
+mod input;
 mod isr;
 mod payload;
 mod shard;
@@ -41,8 +42,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::batcher::{Batcher, PartitionCommand, Work};
 use crate::error::{HelixError, Result};
 use crate::partition::{Partition, Recovered};
+use input::ShardInput;
 pub use shard::PAYLOAD_RAFT;
-use shard::{Shard, ShardContext, ShardInput};
+use shard::{Shard, ShardContext};
 use syncer::Syncer;
 
 pub use crate::transport::Lane;

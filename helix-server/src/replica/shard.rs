@@ -11,49 +11,29 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use helix_raft::{GroupId, LogIndex, MessageBatch, MultiRaft, NodeId, RaftGroup, encode_batch};
-use tokio::sync::{mpsc, oneshot};
+use helix_raft::{GroupId, LogIndex, MessageBatch, MultiRaft, NodeId, encode_batch};
+use tokio::sync::mpsc;
 
 use super::catch_up::CatchUps;
+use super::input::ShardInput;
 use super::isr::{CaughtUp, IsrTracker};
 use super::payload::{MAX_PAYLOAD_BYTES, split_to_fit};
 use super::syncer::Syncer;
 use super::{Lane, Outbox};
-use crate::batcher::Work;
-use crate::error::{HelixError, Result};
+use crate::error::HelixError;
 use crate::partition::Published;
 use crate::partition::raft::HardStateFile;
 use crate::partition::state::PartitionState;
+
+mod leadership;
+
+use leadership::{BALANCE_BATCH, BALANCE_STEP_TICKS};
 
 /// Inputs handled before the groups are driven (a bound on a round).
 const MAX_INPUTS_PER_ROUND: usize = 1024;
 
 /// Kind byte in front of a Raft message batch on the peer transport.
 pub const PAYLOAD_RAFT: u8 = 1;
-
-/// What a shard is asked to do.
-pub enum ShardInput {
-    Tick,
-    Install {
-        group: Box<RaftGroup>,
-        state: Box<PartitionState>,
-        /// Where the shard publishes the replica's leader lease.
-        published: Arc<Published>,
-        reply: oneshot::Sender<Result<()>>,
-    },
-    Work(GroupId, Work),
-    Peer(MessageBatch),
-    Campaign(GroupId),
-    /// The connection to this node broke (its process likely died).
-    PeerLost(NodeId),
-    /// Graceful shutdown: hand every led group to its best follower.
-    StepDownAll,
-    /// The syncer finished a round asked for by this shard.
-    Synced,
-    /// The Raft status of every group of the shard (metrics).
-    Observe(oneshot::Sender<Vec<(GroupId, helix_raft::Status)>>),
-    Stop,
-}
 
 pub struct Shard {
     index: usize,
@@ -102,16 +82,6 @@ pub struct Shard {
     /// clock.
     tick: std::time::Duration,
 }
-
-/// Leader balancing hands back at most this many groups per shard at a
-/// time: each hand-over sends that partition's clients to another node, and
-/// dozens at once stalled produce for about 2 s under load.
-const BALANCE_BATCH: usize = 2;
-/// Ticks between two steps of a balancing round (0.5 s by default).
-const BALANCE_STEP_TICKS: u64 = 10;
-/// Balancing intervals a group is left alone after a hand-back that did not
-/// happen (each failed attempt holds its produce for an election timeout).
-const HANDBACK_RETRY_ROUNDS: u64 = 3;
 
 /// What a shard shares with the host.
 pub struct ShardContext {
@@ -415,160 +385,6 @@ impl Shard {
         }
     }
 
-    /// Publishes role, term and leader of every group that may have changed,
-    /// and after a tick the ISR of every group this node leads.
-    fn publish_leadership(&mut self) {
-        let ticked = std::mem::take(&mut self.ticked);
-        let ids: Vec<GroupId> = if ticked {
-            self.touched.clear();
-            self.states.keys().copied().collect()
-        } else {
-            std::mem::take(&mut self.touched).into_iter().collect()
-        };
-        let me = self.multi.node();
-        for id in ids {
-            let (Some(group), Some(state)) = (self.multi.group(id), self.states.get_mut(&id))
-            else {
-                continue;
-            };
-            // A lease that ends is withdrawn before, one that begins is
-            // published after, the role: readers never see a lease held
-            // by a replica that no longer leads.
-            let left = group.lease_ticks_left();
-            let lease = (self.published.get(&id), self.tick, &*self.changes);
-            if left == 0 {
-                publish_lease(lease, id, left, group);
-            }
-            let changed = state.leadership(group);
-            if left > 0 {
-                publish_lease(lease, id, left, group);
-            }
-            if let Some(now) = changed {
-                let s = group.status();
-                tracing::info!(
-                    group = id.0,
-                    role = ?now.role,
-                    term = now.term.0,
-                    leader = ?now.leader.map(|n| n.0),
-                    last_index = s.last_index.0,
-                    commit = s.commit.0,
-                    acknowledged = s.acknowledged.0,
-                    "leadership changed"
-                );
-                self.changes.fetch_add(1, Ordering::Relaxed);
-                crate::metrics::Metrics::count(
-                    &crate::metrics::metrics().counters.leader_changes,
-                    1,
-                );
-                if now.role != helix_raft::Role::Leader {
-                    self.isr.remove(&id);
-                }
-            }
-            if !ticked {
-                continue;
-            }
-            let status = group.status();
-            let caught_up =
-                self.caught_up
-                    .entry(id)
-                    .or_default()
-                    .tick(self.ticks, &status, self.isr_lag_ticks);
-            state.publish_caught_up(caught_up);
-            if group.role() == helix_raft::Role::Leader
-                && group.config().voters.len() > 1
-                && let Some(isr) = self.isr.entry(id).or_default().tick(
-                    self.ticks,
-                    me,
-                    &status,
-                    self.isr_lag_ticks,
-                )
-            {
-                tracing::info!(group = id.0, isr = ?isr.iter().map(|n| n.0).collect::<Vec<_>>(), "in-sync replicas changed");
-                state.publish_isr(isr);
-                self.changes.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Leader balancing (Kafka's auto.leader.rebalance): a group led here
-    /// whose preferred leader (first replica) is another node, in the ISR
-    /// and fully caught up, is handed back to it; so leadership returns to
-    /// where placement spread it once a restarted node has caught up. At
-    /// most `batch` groups start a hand-over per call (those already handing
-    /// over count); true when more may be waiting.
-    fn restore_preferred_leaders(&mut self, batch: usize) -> bool {
-        let me = self.multi.node();
-        let mut ids: Vec<GroupId> = self.states.keys().copied().collect();
-        ids.sort_unstable();
-        let mut moving = 0;
-        for id in ids {
-            if moving == batch {
-                return true;
-            }
-            let Some(g) = self.multi.group_mut(id) else {
-                continue;
-            };
-            let Some(&preferred) = g.config().voters.first() else {
-                continue;
-            };
-            if g.role() != helix_raft::Role::Leader || preferred == me {
-                continue;
-            }
-            let status = g.status();
-            if status.transferring_to.is_some() {
-                moving += 1;
-                continue;
-            }
-            if let Some(&(term, at)) = self.handbacks.get(&id) {
-                let retry_after =
-                    HANDBACK_RETRY_ROUNDS.saturating_mul(self.balance_every.unwrap_or(0));
-                if term == status.term && self.ticks < at.saturating_add(retry_after) {
-                    continue; // it did not take over: leave it be for a while
-                }
-            }
-            let caught_up = status.followers.iter().any(|f| {
-                f.node == preferred
-                    && f.matched == status.last_index
-                    && f.ticks_since_heard <= super::isr::HEARD_WITHIN_TICKS
-            });
-            let in_sync = self
-                .states
-                .get(&id)
-                .is_some_and(|s| s.isr().contains(&preferred));
-            if caught_up && in_sync {
-                tracing::info!(
-                    group = id.0,
-                    to = preferred.0,
-                    "handing leadership back to the preferred replica"
-                );
-                g.transfer_leader(preferred);
-                self.handbacks.insert(id, (status.term, self.ticks));
-                self.touched.insert(id);
-                moving += 1;
-            }
-        }
-        false
-    }
-
-    /// Graceful shutdown: every group led here is handed to its most
-    /// caught-up follower, so clients see one retriable error, not a timeout.
-    fn step_down_all(&mut self) {
-        let ids: Vec<GroupId> = self.states.keys().copied().collect();
-        for id in ids {
-            let Some(g) = self.multi.group_mut(id) else {
-                continue;
-            };
-            if g.role() != helix_raft::Role::Leader {
-                continue;
-            }
-            let status = g.status();
-            if let Some(best) = status.followers.iter().max_by_key(|f| (f.matched, f.node)) {
-                g.transfer_leader(best.node);
-                self.touched.insert(id);
-            }
-        }
-    }
-
     fn remove(&mut self, id: GroupId) {
         self.multi.remove_group(id);
         self.states.remove(&id);
@@ -592,37 +408,4 @@ fn keep(mut batch: MessageBatch, failed: &[GroupId]) -> MessageBatch {
         batch.messages.retain(|m| !failed.contains(&m.group));
     }
     batch
-}
-
-/// Where a lease is published: the replica's view, the tick length, the
-/// gossip's change counter.
-type LeaseSink<'a> = (
-    Option<&'a Arc<Published>>,
-    std::time::Duration,
-    &'a AtomicU64,
-);
-
-/// Publishes `group`'s leader lease (`ticks_left` ticks of the tick length
-/// from now, a deadline on the host's clock); a change of whether it is
-/// held is gossiped at once (a leader's report claims the lease), and a
-/// lease a leader loses is logged and counted.
-fn publish_lease(
-    (published, tick, changes): LeaseSink<'_>,
-    id: GroupId,
-    ticks_left: u32,
-    group: &RaftGroup,
-) {
-    let held = ticks_left > 0;
-    if !published.is_some_and(|p| p.publish_lease(ticks_left, tick)) {
-        return;
-    }
-    changes.fetch_add(1, Ordering::Relaxed);
-    if !held && group.role() == helix_raft::Role::Leader {
-        tracing::info!(
-            group = id.0,
-            term = group.term().0,
-            "leader lease lost: no majority answered within the lease; not naming itself leader"
-        );
-        crate::metrics::Metrics::count(&crate::metrics::metrics().counters.leader_lease_losses, 1);
-    }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, mpsc as std_mpsc};
 use helix_wal::SyncGroup;
 use tokio::sync::mpsc;
 
-use super::shard::ShardInput;
+use super::input::ShardInput;
 use crate::error::{HelixError, Result};
 
 /// A request for the next round: whom to tell.

@@ -36,18 +36,18 @@ pub struct NodeSpec {
     pub metrics: Option<String>,
 }
 
-/// The validated cluster: every node, and this one.
+/// The validated `[[nodes]]` list: every member of the cluster, and this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cluster {
+pub struct Members {
     /// Sorted by id.
     pub nodes: Vec<NodeSpec>,
     pub me: i32,
 }
 
-impl Cluster {
+impl Members {
     /// Checks the `[[nodes]]` tables and finds `node_id` among them. Errors
     /// name the offending key.
-    pub fn new(mut nodes: Vec<NodeSpec>, node_id: i32) -> Result<Cluster> {
+    pub fn new(mut nodes: Vec<NodeSpec>, node_id: i32) -> Result<Members> {
         let bad = |what: String| Err(HelixError::Config(what));
         if nodes.is_empty() {
             return bad("nodes: the list is empty".into());
@@ -88,7 +88,7 @@ impl Cluster {
             ));
         }
         nodes.sort_by_key(|n| n.id);
-        Ok(Cluster { nodes, me: node_id })
+        Ok(Members { nodes, me: node_id })
     }
 
     /// This node's table.
@@ -181,7 +181,7 @@ mod tests {
     }
 
     fn refusal(nodes: Vec<NodeSpec>, me: i32) -> String {
-        match Cluster::new(nodes, me) {
+        match Members::new(nodes, me) {
             Err(HelixError::Config(m)) => m,
             other => panic!("expected a refusal, got {other:?}"),
         }
@@ -189,12 +189,12 @@ mod tests {
 
     #[test]
     fn a_valid_list_is_sorted_and_finds_this_node() {
-        let c = Cluster::new(three(), 2).expect("valid");
+        let c = Members::new(three(), 2).expect("valid");
         assert_eq!(c.nodes.iter().map(|n| n.id).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(c.this_node().kafka, "127.0.0.1:9093");
         assert_eq!(c.peers().map(|n| n.id).collect::<Vec<_>>(), [1, 3]);
         assert_eq!(c.peer_listen().expect("addr").port(), 9193);
-        let again = Cluster::new(three(), 1).expect("valid");
+        let again = Members::new(three(), 1).expect("valid");
         assert_eq!(c.derived_id(), again.derived_id(), "same list, same id");
     }
 
@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn metrics_addresses_default_per_position_and_are_checked() {
-        let c = Cluster::new(three(), 2).expect("valid");
+        let c = Members::new(three(), 2).expect("valid");
         assert_eq!(c.metrics_listen().expect("default").port(), 9645);
         let mut nodes = three();
         nodes[0].metrics = Some("127.0.0.1:9194".into());
