@@ -38,24 +38,38 @@ REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = float(os.environ.get("HELIX_TEST_START_TIMEOUT", "60"))
 
 
-# Ports this process handed out: the kernel may give a port that was just
-# probed and closed to the next probe, and a cluster that asks for a node's
-# Kafka, peer and metrics ports (and proxies) would then get one twice
-# (CI: "nodes[0].metrics: address ... is also nodes[0].peer").
-_HANDED_OUT: set[int] = set()
+# Ports are handed out from a range of this process's own, below the
+# kernel's ephemeral range: a port probed with bind(0) and closed could be
+# given by the kernel to another test worker's probe, or to an outgoing
+# connection, before the node binds it (CI: "cannot listen on ...: Address
+# already in use" with two pytest-xdist workers). Each worker (gw0, gw1, ...)
+# takes its own slice of 20000-32767, walks it in order, never hands a port
+# out twice, and skips ports something already listens on.
+_PORT_RANGE = (20000, 32768)
+_SLICE = 3000
+
+
+def _port_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    start = _PORT_RANGE[0] + (index % 4) * _SLICE
+    return range(start, min(start + _SLICE, _PORT_RANGE[1]))
+
+
+_NEXT_PORTS = iter(_port_slice())
 
 
 def free_port() -> int:
-    """A port nothing listens on now, never one this process handed out
-    before."""
-    for _ in range(1000):
+    """A port nothing listens on now, from this process's own slice, never
+    one this process handed out before."""
+    for port in _NEXT_PORTS:
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-    raise RuntimeError("no port this process has not handed out before, in 1000 probes")
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"this process handed out every port of {_port_slice()}")
 
 
 def wait_until_serving(host: str, port: int, proc: subprocess.Popen | None, deadline: float, log: Path | None) -> None:
