@@ -1,16 +1,18 @@
-"""No disconnects from a node that is starting or cut off (issue 30 item 7).
+"""No disconnects from a node that is starting (issue 30 item 7, ADR 0023).
 
 librdkafka reports a closed connection through the application's error
 callback ("Broker transport failure"), and a client that treats errors as
 fatal stops. Before, a node that did not hear a majority of the cluster
-closed the connection on Metadata. Now it answers with what it can vouch
-for: every member it knows and no partition leader (LEADER_NOT_AVAILABLE),
-and the client retries and reaches the nodes that serve. Kafka's brokers
-keep answering Metadata too.
+closed the connection on Metadata, also while it was starting. Now a node
+that has not yet heard a majority since it started answers with what it can
+vouch for: itself and whom it heard, no partition leader
+(LEADER_NOT_AVAILABLE), no controller, and LEADER_NOT_AVAILABLE rather than
+UNKNOWN_TOPIC_OR_PARTITION for a topic its table has not caught up with.
 
-Two tests: clients connecting every 50 ms to a cluster whose nodes have
-just opened their listeners (they do not hear each other yet); and to a
-node cut off from its peers. Neither may see an error callback.
+A node cut off after it heard a majority still closes the connection on the
+requests that route clients (ADR 0013): answering there was tried and lost
+acknowledged records in the availability test (issue 29 finding 6, open),
+so that half of item 7 is not done.
 """
 
 from __future__ import annotations
@@ -92,17 +94,5 @@ def test_a_starting_cluster_answers_metadata_without_disconnects(tmp_path):
         assert not later, f"error callbacks while the cluster formed: {later[:5]}"
         for n in cluster.nodes:
             n.wait_routing()
-    finally:
-        cluster.stop()
-
-
-def test_a_node_cut_off_from_its_peers_answers_metadata_without_disconnects(tmp_path):
-    cluster = HelixCluster(tmp_path, 3, proxies=True).start()
-    try:
-        cluster.isolate(1, "refuse")
-        # Until it notices (peers unheard for 3 s) and after.
-        asked, errors = connect_repeatedly(cluster.node(1).bootstrap, 6.0)
-        assert asked > 10
-        assert not errors, f"error callbacks from the cut-off node: {errors[:5]}"
     finally:
         cluster.stop()

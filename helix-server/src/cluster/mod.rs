@@ -141,6 +141,13 @@ impl ClusterState {
         majority
     }
 
+    /// Cut off: it heard a majority since it started and hears none now.
+    /// (A node still starting hears no majority either, but is not cut
+    /// off.)
+    pub fn cut_off(&self) -> bool {
+        !self.hears_majority() && self.had_majority.load(Ordering::Relaxed)
+    }
+
     /// The members a client should be told of (Metadata, DescribeCluster).
     /// - Hearing a majority: those up.
     /// - Cut off (it heard a majority since it started, and lost it): the

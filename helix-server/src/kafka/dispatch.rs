@@ -37,6 +37,36 @@ pub type PendingResponse = Pin<Box<dyn Future<Output = Result<Option<Frame>>> + 
 #[error("{0}")]
 pub struct Close(pub String);
 
+/// The requests whose answers tell a client where to go (leaders, the
+/// coordinator, the brokers, a producer id). A node cut off from the
+/// majority (it heard one since it started) closes the connection instead
+/// of answering them, so the client's next query goes to another node it
+/// knows (ADR 0013). A node still starting answers them (ADR 0023).
+/// Answering them on a cut-off node too was tried (ADR 0023) and, in the
+/// availability test, a fresh idempotent producer then had 4 records
+/// acknowledged that no replica holds (issue 29 finding 6, open).
+fn routes_clients(key: ApiKey) -> bool {
+    matches!(
+        key,
+        ApiKey::Metadata
+            | ApiKey::FindCoordinator
+            | ApiKey::DescribeCluster
+            | ApiKey::InitProducerId
+    )
+}
+
+/// A node cut off from the majority closes the connection on a request
+/// that routes clients ([`routes_clients`]).
+fn check_reachable(broker: &Broker, key: ApiKey) -> std::result::Result<(), Close> {
+    if routes_clients(key) && broker.cluster.cut_off() {
+        return Err(Close(format!(
+            "{key:?}: this node is cut off from the majority of the cluster, so its answer \
+             would send the client nowhere; the client asks another node"
+        )));
+    }
+    Ok(())
+}
+
 /// Decodes the frame and starts handling it (client address unknown).
 #[cfg(test)]
 pub async fn start(
@@ -49,8 +79,8 @@ pub async fn start(
 /// Decodes a frame received from `peer` and starts handling it; the peer's
 /// address reaches the group coordinator (DescribeGroups' `client_host`).
 /// The steps, in order: the header and the version checks ([`read_header`]),
-/// the body ([`decode_body`]), then the API's handler ([`route`]). A node
-/// that hears no majority answers too (ADR 0023).
+/// the reachability gate ([`check_reachable`]), the body ([`decode_body`]),
+/// then the API's handler ([`route`]).
 pub async fn start_from(
     broker: &Arc<Broker>,
     frame: Bytes,
@@ -60,6 +90,7 @@ pub async fn start_from(
         Header::Answered(pending) => return Ok(pending),
         Header::Request(request, body) => (request, body),
     };
+    check_reachable(broker, request.key)?;
     let kind = decode_body(request.key, request.version, &mut body)?;
     route(broker, request, kind, peer).await
 }
