@@ -191,7 +191,10 @@ impl TopicAdmin {
         tracing::info!(topic = name, "created; some partitions have no leader yet");
     }
 
-    pub async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid> {
+    /// The topic `name`, if it exists and is not internal: what DeleteTopics
+    /// and CreatePartitions may change (AlterConfigs refuses an internal
+    /// topic with INVALID_CONFIG instead).
+    fn user_topic(&self, name: &str) -> Result<Arc<Topic>> {
         let topic = self
             .topic(name)
             .ok_or(HelixError::UnknownTopicOrPartition)?;
@@ -200,6 +203,11 @@ impl TopicAdmin {
                 "{name} is an internal topic"
             )));
         }
+        Ok(topic)
+    }
+
+    pub async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid> {
+        let topic = self.user_topic(name)?;
         self.controller
             .submit(Command::DeleteTopic { name: name.into() })
             .await?;
@@ -213,14 +221,7 @@ impl TopicAdmin {
         assignments: Option<Vec<Vec<u64>>>,
         validate_only: bool,
     ) -> Result<()> {
-        let topic = self
-            .topic(name)
-            .ok_or(HelixError::UnknownTopicOrPartition)?;
-        if topic.internal {
-            return Err(HelixError::InvalidRequest(format!(
-                "{name} is an internal topic"
-            )));
-        }
+        let topic = self.user_topic(name)?;
         // Checked before placement, which builds one replica set per new
         // partition: a count near i32::MAX must not allocate gigabytes.
         if count > crate::controller::MAX_PARTITIONS {

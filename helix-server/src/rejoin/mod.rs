@@ -95,44 +95,6 @@ impl Standing {
         }))
     }
 
-    /// Whether a replica being opened starts as a learner, and why: only in
-    /// a group with other replicas (the only replica has no one to learn
-    /// from), and only if it may have lost something: it has no stored
-    /// state while the node rejoins, or its directory carries the mark of a
-    /// lost page cache (`page_cache_mark`: the nodes known to have lost
-    /// theirs, see [`boot::mark_replicas`]) on a replication-only log,
-    /// unless a majority of its group lost theirs too: then nobody holds
-    /// more, and the group elects among what is left, the loss
-    /// replication-only mode documents.
-    pub fn learner_at_open(
-        &self,
-        dir: &Path,
-        has_state: bool,
-        page_cache_mark: Option<&[u64]>,
-        durability: Durability,
-        voters: &[NodeId],
-    ) -> Option<&'static str> {
-        if voters.len() < 2 {
-            return None;
-        }
-        if !has_state && self.rejoining() {
-            return Some("the node rejoins on a new data directory");
-        }
-        if let Some(lost) = page_cache_mark
-            && durability == Durability::ReplicationOnly
-        {
-            let lost: BTreeSet<NodeId> = lost.iter().map(|&n| NodeId(n)).collect();
-            if formation::majority_lost(voters, &lost) {
-                return None;
-            }
-            if let Ok(mut dirs) = self.page_cache_learners.lock() {
-                dirs.push(dir.to_path_buf());
-            }
-            return Some("the host restarted with appends only in the page cache");
-        }
-        None
-    }
-
     /// The answer to a peer's status call.
     pub fn answer(&self, from: NodeId) -> StatusAnswer {
         let formed = self.formed.load(Ordering::Acquire);
@@ -229,6 +191,15 @@ impl Standing {
 /// Every replica opened on this node asks the standing whether it starts
 /// as a learner.
 impl LearnerAtOpen for Standing {
+    /// Whether a replica being opened starts as a learner, and why: only in
+    /// a group with other replicas (the only replica has no one to learn
+    /// from), and only if it may have lost something: it has no stored
+    /// state while the node rejoins, or its directory carries the mark of a
+    /// lost page cache (`page_cache_mark`: the nodes known to have lost
+    /// theirs, see [`boot::mark_replicas`]) on a replication-only log,
+    /// unless a majority of its group lost theirs too: then nobody holds
+    /// more, and the group elects among what is left, the loss
+    /// replication-only mode documents.
     fn learner_at_open(
         &self,
         dir: &Path,
@@ -237,7 +208,25 @@ impl LearnerAtOpen for Standing {
         durability: Durability,
         voters: &[NodeId],
     ) -> Option<&'static str> {
-        Standing::learner_at_open(self, dir, has_state, page_cache_mark, durability, voters)
+        if voters.len() < 2 {
+            return None;
+        }
+        if !has_state && self.rejoining() {
+            return Some("the node rejoins on a new data directory");
+        }
+        if let Some(lost) = page_cache_mark
+            && durability == Durability::ReplicationOnly
+        {
+            let lost: BTreeSet<NodeId> = lost.iter().map(|&n| NodeId(n)).collect();
+            if formation::majority_lost(voters, &lost) {
+                return None;
+            }
+            if let Ok(mut dirs) = self.page_cache_learners.lock() {
+                dirs.push(dir.to_path_buf());
+            }
+            return Some("the host restarted with appends only in the page cache");
+        }
+        None
     }
 }
 
