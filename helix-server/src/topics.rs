@@ -199,6 +199,7 @@ impl ReplicaFactory {
             log,
             producer_id_expiration_ms: self.config.producer_id_expiration_ms,
             standing: self.standing.clone(),
+            links: self.host.links(),
         }
     }
 

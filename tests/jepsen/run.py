@@ -255,7 +255,14 @@ def quiet_librdkafka() -> None:
     import logging
     log = logging.getLogger("librdkafka")
     log.propagate = False
-    log.addHandler(logging.NullHandler())
+    debug_file = os.environ.get("HELIX_JEPSEN_DEBUG_FILE")
+    if debug_file:  # with HELIX_JEPSEN_DEBUG (workload.py): a replay's client log
+        handler = logging.FileHandler(debug_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
+    else:
+        log.addHandler(logging.NullHandler())
 
 
 def main(argv: list[str] | None = None) -> int:

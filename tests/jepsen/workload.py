@@ -15,6 +15,7 @@ offsets after each poll synchronously and record the outcome.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -75,12 +76,17 @@ class IdempotentProducer(Client):
         self.flush_timeout_s = MESSAGE_TIMEOUT_MS / 1000 + 10
 
     def _new_producer(self) -> Producer:
-        return Producer({
+        conf = {
             "logger": LOG, "bootstrap.servers": self.bootstrap,
             "enable.idempotence": True, "acks": "all", "linger.ms": 5,
             "message.timeout.ms": MESSAGE_TIMEOUT_MS, "retry.backoff.ms": 100,
             "topic.metadata.refresh.interval.ms": 1000,
-        })
+        }
+        # HELIX_JEPSEN_DEBUG=eos,msg (librdkafka debug contexts) sends the
+        # producers' debug log to the "librdkafka" logger: to replay a finding.
+        if os.environ.get("HELIX_JEPSEN_DEBUG"):
+            conf["debug"] = os.environ["HELIX_JEPSEN_DEBUG"]
+        return Producer(conf)
 
     def _delivered(self, inv: dict, err, msg) -> None:
         self.pending.pop(inv["index"], None)

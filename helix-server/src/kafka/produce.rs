@@ -34,6 +34,10 @@ use crate::partition::batch;
 use crate::partition::recompress::recompress;
 use crate::topics::replica;
 
+/// Target of the per-request produce trace (`RUST_LOG=helix::produce=debug`):
+/// each idempotent answer with its producer id, epoch and first sequence.
+const TRACE: &str = "helix::produce";
+
 /// The shortest time a produce request waits for room or an answer, so a
 /// tiny client timeout does not turn a short queue into errors.
 const MIN_PRODUCE_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -130,11 +134,12 @@ pub async fn enqueue(
         let mut slots = Vec::with_capacity(td.partition_data.len());
         for pd in td.partition_data {
             let mut append_time = NO_APPEND_TIME;
+            let mut traced = None;
             let slot = if req.transactional_id.is_some() {
                 Slot::Done(Err(HelixError::TransactionsUnsupported))
             } else {
                 match replica(topic.as_ref(), pd.index, version >= 13)
-                    .and_then(|p| p.check_leader(-1).map(|()| p))
+                    .and_then(|p| p.check_writable().map(|()| p))
                 {
                     Err(e) => Slot::Done(Err(e)),
                     Ok(p) => {
@@ -154,6 +159,14 @@ pub async fn enqueue(
                         match valid {
                             Err(e) => Slot::Done(Err(e)),
                             Ok(batches) => {
+                                if tracing::enabled!(target: TRACE, tracing::Level::DEBUG) {
+                                    traced = batches
+                                        .first()
+                                        .and_then(|b| batch::parse_header(&b.bytes).ok())
+                                        .map(|h| {
+                                            (h.producer_id, h.producer_epoch, h.base_sequence)
+                                        });
+                                }
                                 Metrics::count(&m.counters.produce_bytes, records.len() as u64);
                                 // The room is what will be held: the
                                 // batches as stored (a topic's codec may
@@ -197,7 +210,7 @@ pub async fn enqueue(
                     }
                 }
             };
-            slots.push((pd.index, slot, append_time));
+            slots.push((pd.index, slot, append_time, traced));
         }
         topics.push((td.name, td.topic_id, topic, slots));
     }
@@ -207,7 +220,7 @@ pub async fn enqueue(
             // Nobody reads an acks=0 answer: as Kafka does, a failed
             // partition closes the connection so the client notices.
             for (_, _, _, slots) in &topics {
-                for (index, slot, _) in slots {
+                for (index, slot, _, _) in slots {
                     if let Slot::Done(Err(e)) = slot {
                         return Err(HelixError::InvalidRequest(format!(
                             "acks=0 produce to partition {index} failed: {e}"
@@ -226,7 +239,7 @@ pub async fn enqueue(
             let mut t = TopicProduceResponse::default();
             t.name = name;
             t.topic_id = topic_id;
-            for (index, slot, append_time) in slots {
+            for (index, slot, append_time, traced) in slots {
                 let mut r = PartitionProduceResponse::default();
                 r.index = index;
                 r.base_offset = -1;
@@ -268,6 +281,11 @@ pub async fn enqueue(
                             }
                         }
                     }
+                }
+                if let Some((producer_id, epoch, base_sequence)) = traced {
+                    tracing::debug!(target: TRACE, topic = %t.name.as_str(), partition = index, producer_id,
+                        epoch, base_sequence, error_code = r.error_code, base_offset = r.base_offset,
+                        "produce answered");
                 }
                 t.partition_responses.push(r);
             }

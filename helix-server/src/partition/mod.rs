@@ -15,6 +15,7 @@ pub mod batch;
 pub mod entry;
 pub mod internal;
 pub mod learner;
+pub mod links;
 pub mod producers;
 pub mod raft;
 pub mod recompress;
@@ -51,6 +52,9 @@ pub struct PartitionSettings {
     /// Where the node stands: whether this replica may have lost what it
     /// reported durable and starts as a learner (ADR 0018).
     pub standing: Arc<dyn learner::LearnerAtOpen>,
+    /// The node's peer connections: a lease ends when a majority is no
+    /// longer connected.
+    pub links: Arc<links::PeerLinks>,
 }
 
 /// The role, term and leader of a replica's group, as last published.
@@ -159,6 +163,7 @@ pub struct Partition {
     voters: Vec<NodeId>,
     commands: mpsc::Sender<PartitionCommand>,
     published: Arc<Published>,
+    links: Arc<links::PeerLinks>,
 }
 
 /// Opens the replica stored in `dir` (WAL in `dir/wal`, Raft vote in
@@ -293,6 +298,7 @@ pub fn recover(
             voters: settings.spec.voters.clone(),
             commands: tx,
             published,
+            links: settings.links.clone(),
         }),
     })
 }
@@ -356,8 +362,10 @@ impl Partition {
     /// Whether this replica leads and holds its lease: a majority of its
     /// group answered within the lease, so it is not cut off (ADR 0019).
     /// Only then does this node name itself leader or serve as one.
+    /// Leads with its lease, and a majority of its group is still
+    /// connected (the shard may not have heard of a broken connection yet).
     pub fn holds_lease(&self) -> bool {
-        self.published.holds_lease()
+        self.published.holds_lease() && self.links.reach_majority(&self.voters)
     }
 
     /// What the shard publishes for this replica (it keeps the lease
@@ -408,6 +416,17 @@ impl Partition {
             e if e < epoch => Err(HelixError::FencedLeaderEpoch),
             e if e > epoch => Err(HelixError::UnknownLeaderEpoch),
             _ => Ok(()),
+        }
+    }
+
+    /// Whether a produce request may be queued here: at the leader, ready
+    /// or not (until it can decide, its replica holds what it is sent, in
+    /// order: `state/propose.rs`, ADR 0024).
+    pub fn check_writable(&self) -> Result<()> {
+        if self.leadership().role == Role::Leader {
+            Ok(())
+        } else {
+            Err(HelixError::NotLeader)
         }
     }
 

@@ -41,6 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::batcher::{Batcher, PartitionCommand, Work};
 use crate::error::{HelixError, Result};
+use crate::partition::links::PeerLinks;
 use crate::partition::{Partition, Recovered};
 use input::ShardInput;
 pub use shard::PAYLOAD_RAFT;
@@ -88,6 +89,8 @@ pub struct ReplicaHost {
     replicas: Arc<Mutex<HashMap<GroupId, Arc<Partition>>>>,
     /// Bumped by the shards on every leadership or ISR change.
     changes: Arc<AtomicU64>,
+    /// Peer connections that broke, until heard from again.
+    links: Arc<PeerLinks>,
 }
 
 impl std::fmt::Debug for ReplicaHost {
@@ -143,6 +146,7 @@ impl ReplicaHost {
             syncer,
             replicas: Arc::new(Mutex::new(HashMap::new())),
             changes,
+            links: Arc::new(PeerLinks::new(settings.node)),
         });
         tokio::spawn(tick(Arc::downgrade(&host), settings.tick));
         Ok(host)
@@ -251,6 +255,8 @@ impl ReplicaHost {
     /// (`helix_raft::RaftGroup::peer_lost`) instead of after an election
     /// timeout. Dropped when a shard's queue is full (the timeout remains).
     pub fn peer_lost(&self, node: NodeId) {
+        // First, before any shard hears of it: leases count from now.
+        self.links.lost(node);
         tracing::info!(
             peer = node.0,
             "peer connection lost; its groups' followers campaign soon"
@@ -259,6 +265,16 @@ impl ReplicaHost {
         for s in &self.shards {
             let _ = s.try_send(ShardInput::PeerLost(node));
         }
+    }
+
+    /// Something arrived from `node`: its connection is up.
+    pub fn peer_heard(&self, node: NodeId) {
+        self.links.heard(node);
+    }
+
+    /// The node's peer connections, as every replica it opens sees them.
+    pub fn links(&self) -> Arc<PeerLinks> {
+        self.links.clone()
     }
 
     /// Starts an election for `group` now (a new partition's preferred leader).

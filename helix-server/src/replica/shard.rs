@@ -354,8 +354,18 @@ impl Shard {
             for req in rd.catch_up {
                 self.catch_ups.start(id, req, self.states.get(&id));
             }
-            if let (Some(ack), Some(state)) = (rd.acknowledged, self.states.get_mut(&id)) {
+            let Some(state) = self.states.get_mut(&id) else {
+                continue;
+            };
+            if let Some(ack) = rd.acknowledged {
                 state.acknowledged(ack);
+            }
+            // What was held for an election, an apply or the lease may be
+            // decided now, not a tick later.
+            if state.holds_requests()
+                && let Some(g) = self.multi.group_mut(id)
+            {
+                state.retry_held(g);
             }
         }
         for (id, err) in failed {

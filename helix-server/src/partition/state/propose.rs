@@ -7,6 +7,16 @@
 //! tick, never failed: a client retrying a failed request would store it
 //! after requests it sent later (ADR 0011). Held requests keep their room
 //! in the node's produce budget, which bounds them.
+//!
+//! A leader that cannot decide yet (its predecessors' entries are not all
+//! applied, its lease has lapsed, or it is handing leadership over) holds
+//! requests the same way, never refuses them: a refusal followed, a moment
+//! later, by the acceptance of the same producer's next request leaves a
+//! gap its client sees as OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka
+//! answers that by bumping the epoch and renumbering everything not yet
+//! acknowledged, including batches a deposed leader stored and answered
+//! NOT_LEADER: duplicates (issue 29 finding 5, ADR 0024). Only a replica
+//! that is not the leader refuses.
 
 use std::time::Instant;
 
@@ -19,6 +29,33 @@ use crate::metrics::{Metrics, Stage, metrics};
 use crate::partition::answers::{Waiter, copy_error};
 use crate::partition::entry;
 use crate::partition::producers::Decision;
+
+/// What a replica may do with produce requests now.
+#[derive(Debug, PartialEq, Eq)]
+enum Readiness {
+    /// Decide and propose.
+    Decide,
+    /// Keep them, in order, and ask again.
+    Hold,
+    /// Answer NOT_LEADER_OR_FOLLOWER.
+    Refuse,
+}
+
+/// A leader decides once every entry before its own term's is applied (its
+/// producer table must have seen them, ADR 0022) and while it holds its
+/// lease; until then it holds. Any other replica refuses.
+fn readiness(group: &RaftGroup, applied: LogIndex) -> Readiness {
+    if group.role() != Role::Leader {
+        return Readiness::Refuse;
+    }
+    let unapplied_term = group.term_at(LogIndex(applied.0 + 1));
+    let decided_before = unapplied_term.is_none_or(|t| t == group.term());
+    if decided_before && group.lease_ticks_left() > 0 {
+        Readiness::Decide
+    } else {
+        Readiness::Hold
+    }
+}
 
 impl PartitionState {
     pub(super) fn propose_produce(&mut self, group: &mut RaftGroup, batch: Vec<PendingProduce>) {
@@ -46,18 +83,23 @@ impl PartitionState {
         }
     }
 
-    /// Proposes held batches again, oldest first, until one still finds no
-    /// room. True when one was proposed.
+    /// Proposes (or refuses) held batches again, oldest first, until one
+    /// must still wait. True when one was proposed or answered.
     pub fn retry_held(&mut self, group: &mut RaftGroup) -> bool {
-        let mut proposed = false;
+        let mut moved = false;
         while let Some(batch) = self.held.pop_front() {
             if let Some(back) = self.try_propose(group, batch, Instant::now()) {
                 self.held.push_front(back);
                 break;
             }
-            proposed = true;
+            moved = true;
         }
-        proposed
+        moved
+    }
+
+    /// Whether requests are held (no room, or not ready to decide).
+    pub fn holds_requests(&self) -> bool {
+        !self.held.is_empty()
     }
 
     /// Decides and proposes one batch; gives back what the in-memory log
@@ -69,17 +111,17 @@ impl PartitionState {
         now: Instant,
     ) -> Option<Vec<PendingProduce>> {
         let m = metrics();
-        // The leader decides which requests go into the log, once, against
-        // a producer table that must have seen every entry before its own:
-        // everything not yet applied must be of its term (ADR 0022).
-        let unapplied_term = group.term_at(LogIndex(self.applied.0 + 1));
         let Some(log) = self.log.as_ref() else {
             fail_requests(batch, &HelixError::ShuttingDown);
             return None;
         };
-        if group.role() != Role::Leader || unapplied_term.is_some_and(|t| t != group.term()) {
-            fail_requests(batch, &HelixError::NotLeader);
-            return None;
+        match readiness(group, self.applied) {
+            Readiness::Decide => {}
+            Readiness::Hold => return Some(batch),
+            Readiness::Refuse => {
+                fail_requests(batch, &HelixError::NotLeader);
+                return None;
+            }
         }
         let (decisions, staged) = self.proposed.decide(
             group.term().0,
@@ -121,7 +163,10 @@ impl PartitionState {
                 self.waiting
                     .push_back((group.term(), index, Waiter::Produce(waiting), now));
             }
-            Err(ProposeError::Backpressure) => {
+            // No room, or leadership is being handed over: held, in order.
+            // Refused now, a request could be followed by its producer's
+            // next one accepted here should the hand-over fail.
+            Err(ProposeError::Backpressure | ProposeError::TransferInProgress(_)) => {
                 return Some(waiting.into_iter().map(|(p, _)| p).collect());
             }
             Err(e) => {
@@ -141,3 +186,6 @@ pub(super) fn fail_requests(requests: Vec<PendingProduce>, err: &HelixError) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
