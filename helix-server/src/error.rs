@@ -59,6 +59,8 @@ pub enum HelixError {
     OutOfOrderSequence { expected: i32, got: i32 },
     #[error("producer epoch is stale")]
     InvalidProducerEpoch,
+    #[error("producer {0} is unknown to this partition and its batch does not start at sequence 0")]
+    UnknownProducerId(i64),
     #[error("transactions are not supported")]
     TransactionsUnsupported,
     #[error("offset out of range")]
@@ -139,6 +141,7 @@ impl HelixError {
             HelixError::DuplicateSequence => ResponseError::DuplicateSequenceNumber,
             HelixError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             HelixError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+            HelixError::UnknownProducerId(_) => ResponseError::UnknownProducerId,
             HelixError::TransactionsUnsupported => {
                 ResponseError::TransactionalIdAuthorizationFailed
             }

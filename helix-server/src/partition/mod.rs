@@ -419,11 +419,14 @@ impl Partition {
         }
     }
 
-    /// Whether a produce request may be queued here: at the leader, ready
-    /// or not (until it can decide, its replica holds what it is sent, in
-    /// order: `state/propose.rs`, ADR 0024).
+    /// Whether a produce request may be queued here: at the leader holding
+    /// its lease, whether or not it can decide yet (until it can, its
+    /// replica holds what it is sent, in order: `state/propose.rs`, ADR
+    /// 0024). Unlike [`Partition::check_leader`] it does not wait for the
+    /// leader's no-op: refusing a request and accepting the next is a
+    /// sequence gap to an idempotent producer.
     pub fn check_writable(&self) -> Result<()> {
-        if self.leadership().role == Role::Leader {
+        if self.leadership().role == Role::Leader && self.holds_lease() {
             Ok(())
         } else {
             Err(HelixError::NotLeader)

@@ -12,8 +12,8 @@
 //! A producer expires after `producer.id.expiration.ms` of *log time* (the
 //! largest batch timestamp applied), and the table holds at most
 //! [`MAX_PRODUCERS`]; past that the producer idle longest is forgotten.
-//! A forgotten producer is treated as Kafka treats an expired one: its next
-//! batch is accepted whatever its sequence.
+//! A forgotten producer's next batch is accepted only at sequence 0;
+//! otherwise it is answered UNKNOWN_PRODUCER_ID (ADR 0025).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -78,16 +78,27 @@ pub enum SequenceCheck {
 
 /// Decides whether a batch of a producer in `state` (None: unknown, or
 /// expired) may follow what the log holds, as Kafka's `ProducerAppendInfo`
-/// does: an unknown producer may start at any sequence (its earlier batches
-/// may have been removed by retention or DeleteRecords, or it expired); a
-/// new epoch starts at 0; within an epoch, a replay of a remembered batch
-/// is a duplicate and anything but the next sequence is out of order.
+/// does, with one exception: an unknown producer must start at sequence 0,
+/// or is answered UNKNOWN_PRODUCER_ID (Kafka accepts any sequence there,
+/// ADR 0025). A new epoch starts at 0; within an epoch, a replay of a
+/// remembered batch is a duplicate and anything but the next sequence is
+/// out of order.
 pub fn check(state: Option<&ProducerState>, h: &BatchHeader) -> Result<SequenceCheck> {
     if h.producer_id == NO_PRODUCER_ID {
         return Ok(SequenceCheck::Accept);
     }
     let Some(entry) = state else {
-        return Ok(SequenceCheck::Accept);
+        // Its earlier batches are not here: they may be waiting on a
+        // deposed leader, and accepting this one would tell the client
+        // (librdkafka acknowledges implicitly what precedes an accepted
+        // batch) that they are stored. A producer this partition forgot
+        // (expiry, eviction) gets the same answer; with nothing in flight
+        // its client bumps the epoch and starts again at 0.
+        return if h.base_sequence == 0 {
+            Ok(SequenceCheck::Accept)
+        } else {
+            Err(HelixError::UnknownProducerId(h.producer_id))
+        };
     };
     if h.producer_epoch < entry.epoch {
         return Err(HelixError::InvalidProducerEpoch);

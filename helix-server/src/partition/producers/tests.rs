@@ -68,13 +68,25 @@ fn a_gap_is_out_of_order_and_an_old_epoch_is_fenced() {
     ));
 }
 
+/// Issue 29 finding 6: a fresh producer's first batches waited on a
+/// deposed leader while its next one reached the new leader, which knew
+/// nothing of the producer and accepted it; librdkafka then acknowledged
+/// the earlier batches implicitly, and they were in no log. Kafka accepts
+/// an unknown producer at any sequence; Helix wants 0 (ADR 0025).
 #[test]
-fn an_unknown_producer_may_start_at_any_sequence_as_on_kafka() {
-    // Its first batches may have gone with retention or DeleteRecords, or
-    // it expired: Kafka accepts its next batch whatever the sequence.
+fn an_unknown_producer_must_start_at_sequence_0() {
     let t = ProducerTable::default();
+    assert!(matches!(
+        t.check(&header(10, 0, 40, 1)),
+        Err(HelixError::UnknownProducerId(10))
+    ));
     assert_eq!(
-        t.check(&header(10, 0, 40, 1)).expect("unknown"),
+        t.check(&header(10, 0, 0, 1)).expect("first batch"),
+        SequenceCheck::Accept
+    );
+    // A bumped epoch starts at 0 too.
+    assert_eq!(
+        t.check(&header(10, 3, 0, 1)).expect("new epoch"),
         SequenceCheck::Accept
     );
 }
@@ -176,8 +188,14 @@ fn the_leader_decides_against_what_it_proposed_before_it_is_applied() {
         "{d:?}"
     );
     proposed.commit(6, staged);
-    // A new term forgets what the old one proposed.
+    // A new term forgets what the old one proposed: `a` is not applied,
+    // so `b` comes from a producer this leader does not know, past 0.
     let (d, _) = proposed.decide(2, &table, 10, [b.as_slice()].into_iter());
+    assert!(
+        matches!(d[0], Decision::Reject(HelixError::UnknownProducerId(_))),
+        "{d:?}"
+    );
+    let (d, _) = proposed.decide(2, &table, 10, [a.as_slice()].into_iter());
     assert!(
         matches!(d[0], Decision::Append { base_offset: 10 }),
         "{d:?}"

@@ -9,14 +9,14 @@
 //! in the node's produce budget, which bounds them.
 //!
 //! A leader that cannot decide yet (its predecessors' entries are not all
-//! applied, its lease has lapsed, or it is handing leadership over) holds
-//! requests the same way, never refuses them: a refusal followed, a moment
-//! later, by the acceptance of the same producer's next request leaves a
-//! gap its client sees as OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka
-//! answers that by bumping the epoch and renumbering everything not yet
-//! acknowledged, including batches a deposed leader stored and answered
-//! NOT_LEADER: duplicates (issue 29 finding 5, ADR 0024). Only a replica
-//! that is not the leader refuses.
+//! applied, or it is handing leadership over) holds requests the same way,
+//! never refuses them: a refusal followed, a moment later, by the
+//! acceptance of the same producer's next request leaves a gap its client
+//! sees as OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka answers that by
+//! bumping the epoch and renumbering everything not yet acknowledged,
+//! including batches a deposed leader stored and answered NOT_LEADER:
+//! duplicates (issue 29 finding 5, ADR 0024). A leader whose lease lapsed
+//! refuses (ADR 0019), as does any replica that does not lead.
 
 use std::time::Instant;
 
@@ -41,16 +41,16 @@ enum Readiness {
     Refuse,
 }
 
-/// A leader decides once every entry before its own term's is applied (its
-/// producer table must have seen them, ADR 0022) and while it holds its
-/// lease; until then it holds. Any other replica refuses.
+/// A leader holding its lease decides once every entry before its own
+/// term's is applied (its producer table must have seen them, ADR 0022);
+/// until then it holds. A leader without its lease (it may be cut off
+/// while the others elect, ADR 0019) and any other replica refuse.
 fn readiness(group: &RaftGroup, applied: LogIndex) -> Readiness {
-    if group.role() != Role::Leader {
+    if group.role() != Role::Leader || group.lease_ticks_left() == 0 {
         return Readiness::Refuse;
     }
     let unapplied_term = group.term_at(LogIndex(applied.0 + 1));
-    let decided_before = unapplied_term.is_none_or(|t| t == group.term());
-    if decided_before && group.lease_ticks_left() > 0 {
+    if unapplied_term.is_none_or(|t| t == group.term()) {
         Readiness::Decide
     } else {
         Readiness::Hold

@@ -1,6 +1,6 @@
 //! When a replica decides, holds or refuses produce requests, on real Raft
-//! groups driven by hand (issue 29 finding 5). Before ADR 0024 both
-//! leaders that hold below refused: a refusal followed by the acceptance
+//! groups driven by hand (issue 29 finding 5). Before ADR 0024 the new
+//! leader that holds below refused: a refusal followed by the acceptance
 //! of the same producer's next request is the gap librdkafka answers with
 //! an epoch bump, which duplicates what a deposed leader stored but
 //! answered NOT_LEADER.
@@ -117,13 +117,14 @@ fn a_new_leader_holds_until_its_predecessors_entries_are_applied() {
     assert_eq!(decide(&g[0], applied[0]), Readiness::Decide);
 }
 
+/// A leader cut off from its majority may be replaced while its lease
+/// runs: it refuses once the lease lapsed (ADR 0019), and decides again
+/// when a majority answers.
 #[test]
-fn a_leader_whose_lease_lapsed_holds_until_a_majority_answers_again() {
+fn a_leader_whose_lease_lapsed_refuses_until_a_majority_answers_again() {
     let mut g = three();
     let mut applied = vec![LogIndex(0); 3];
     elect(&mut g, &mut applied, 0);
-    // Followers stop hearing node 1's heartbeats: no answers, and the
-    // lease runs out before check-quorum steps it down.
     for _ in 0..g[0].config().election_ticks {
         if g[0].lease_ticks_left() == 0 {
             break;
@@ -137,7 +138,7 @@ fn a_leader_whose_lease_lapsed_holds_until_a_majority_answers_again() {
         "check-quorum has not stepped it down yet"
     );
     assert_eq!(g[0].lease_ticks_left(), 0);
-    assert_eq!(decide(&g[0], applied[0]), Readiness::Hold);
+    assert_eq!(decide(&g[0], applied[0]), Readiness::Refuse);
     for _ in 0..=g[0].config().heartbeat_ticks {
         g[0].tick();
         pump(&mut g, &mut applied, |_| false);
