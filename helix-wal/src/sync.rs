@@ -99,14 +99,23 @@ impl LogSync {
         }
     }
 
-    /// After truncation: the durable position is at most `last`.
+    /// After truncation: the durable position is at most `last`. A durable
+    /// mark at the same index but elsewhere (the truncation crossed a
+    /// segment boundary: it named a segment that is gone) is dropped too;
+    /// left, it outranked the close's mark of the same index and the next
+    /// open re-verified bytes a clean close had flushed.
     pub fn truncated(&self, mark: Option<Mark>) {
         let mut t = lock(&self.target);
         t.generation += 1;
         t.appended = mark;
         t.dirty = mark.is_some();
         let mut d = lock(&self.durable);
-        if d.is_some_and(|d| mark.is_none_or(|m| d.pos.index > m.pos.index)) {
+        let stale = |d: &Mark| {
+            mark.is_none_or(|m| {
+                d.pos.index > m.pos.index || (d.pos.index == m.pos.index && *d != m)
+            })
+        };
+        if d.as_ref().is_some_and(stale) {
             *d = None;
             self.shared.set_durable(None);
         }

@@ -238,3 +238,33 @@ fn model_regression_flip_in_header_of_sealed_batch() {
     ];
     run(&ops, false, Some((37896, 0)));
 }
+
+/// A clean close after a truncation in `Fsync` mode must leave nothing to
+/// re-verify at the next open (found by `log_matches_model`).
+#[test]
+fn model_regression_clean_close_after_truncate_leaves_nothing_to_reverify() {
+    use Op::*;
+    let append = |batches, records, len| Append {
+        batches,
+        records,
+        len,
+        new_term: false,
+        ts: 0,
+    };
+    let ops = vec![
+        append(1, 1, 0),
+        Roll,
+        append(0, 1, 0),
+        TruncateCrash {
+            keep: 32768,
+            step: 2,
+            tear_intent: false,
+        },
+        append(3, 1, 602),
+        Crash(Damage::CutTail(0)),
+        append(0, 1, 0),
+        Truncate(21846),
+        Reopen,
+    ];
+    run(&ops, true, None);
+}
