@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_request::PartitionProduceData;
 use kafka_protocol::messages::produce_response::{
     LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -32,7 +33,7 @@ use crate::error::{HelixError, code};
 use crate::metrics::{Metrics, metrics};
 use crate::partition::batch;
 use crate::partition::recompress::recompress;
-use crate::topics::replica;
+use crate::topics::{Topic, replica};
 
 /// Target of the per-request produce trace (`RUST_LOG=helix::produce=debug`):
 /// each idempotent answer with its producer id, epoch and first sequence.
@@ -110,6 +111,97 @@ enum Slot {
     Waiting(oneshot::Receiver<ProduceOutcome>),
 }
 
+/// One partition of a request as queued: where its answer comes from, the
+/// LogAppendTime stamped into it (or [`NO_APPEND_TIME`]) and, while the
+/// produce trace is on, its first batch's producer id, epoch and sequence.
+struct Admitted {
+    index: i32,
+    slot: Slot,
+    append_time: i64,
+    traced: Option<(i64, i16, i32)>,
+}
+
+/// What every partition of one request shares while it is admitted.
+struct Admission<'a> {
+    broker: &'a Arc<Broker>,
+    version: i16,
+    acks: i16,
+    throttling: bool,
+    /// Throttle mode: the longest throttle seen while a partition of the
+    /// request held its room.
+    throttle_time_ms: i32,
+}
+
+impl Admission<'_> {
+    /// Checks, converts and queues one partition's records.
+    async fn admit(&mut self, topic: Option<&Arc<Topic>>, pd: PartitionProduceData) -> Admitted {
+        let mut a = Admitted {
+            index: pd.index,
+            slot: Slot::Done(Ok(())),
+            append_time: NO_APPEND_TIME,
+            traced: None,
+        };
+        a.slot = self
+            .queue(topic, pd, &mut a)
+            .await
+            .unwrap_or_else(|e| Slot::Done(Err(e)));
+        a
+    }
+
+    async fn queue(
+        &mut self,
+        topic: Option<&Arc<Topic>>,
+        pd: PartitionProduceData,
+        a: &mut Admitted,
+    ) -> Result<Slot, HelixError> {
+        let version = self.version;
+        let p = replica(topic, pd.index, version >= 13)?;
+        p.check_writable()?;
+        let records = pd.records.unwrap_or_default();
+        if version >= 3 && records.is_empty() {
+            return Err(HelixError::InvalidRecord(format!(
+                "Produce v{version} carries exactly one record batch per partition, not 0"
+            )));
+        }
+        // A replica was found, so the topic was.
+        let t = topic.ok_or(HelixError::UnknownTopicOrPartition)?;
+        let batches = accept(&records, &t.effective, version, &mut a.append_time)?;
+        if tracing::enabled!(target: TRACE, tracing::Level::DEBUG) {
+            a.traced = batches
+                .first()
+                .and_then(|b| batch::parse_header(&b.bytes).ok())
+                .map(|h| (h.producer_id, h.producer_epoch, h.base_sequence));
+        }
+        Metrics::count(&metrics().counters.produce_bytes, records.len() as u64);
+        // The room is what will be held: the batches as stored (a topic's
+        // codec may have made them larger than sent). However long it takes
+        // (ADR 0011): the read loop reads nothing meanwhile.
+        let size: usize = batches.iter().map(|b| b.bytes.len()).sum();
+        let room = self.broker.backpressure.acquire(size).await?;
+        if self.throttling {
+            // Measured while this request holds its room: the load it adds
+            // counts against it.
+            self.throttle_time_ms = self.throttle_time_ms.max(throttle_ms(self.broker));
+        }
+        let (reply, rx) = if self.acks == 0 {
+            (None, None)
+        } else {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        };
+        p.produce(PendingProduce {
+            batches: batches.into_iter().map(|b| b.bytes).collect(),
+            size,
+            acks: self.acks,
+            reply,
+            enqueued: Instant::now(),
+            room,
+        })
+        .await?;
+        Ok(rx.map_or(Slot::Done(Ok(())), Slot::Waiting))
+    }
+}
+
 /// Validates and queues; returns the future of the response (None for
 /// acks=0, an error when an acks=0 request failed: the connection closes).
 pub async fn enqueue(
@@ -118,12 +210,16 @@ pub async fn enqueue(
     version: i16,
 ) -> impl Future<Output = Result<Option<ProduceResponse>, HelixError>> + Send + use<> {
     let acks = req.acks;
-    let throttling = broker.config.backpressure_mode == BackpressureMode::Throttle;
-    let mut throttle_time_ms = 0;
     let timeout =
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).max(MIN_PRODUCE_TIMEOUT);
-    let m = metrics();
-    Metrics::count(&m.counters.produce_requests, 1);
+    Metrics::count(&metrics().counters.produce_requests, 1);
+    let mut admission = Admission {
+        broker,
+        version,
+        acks,
+        throttling: broker.config.backpressure_mode == BackpressureMode::Throttle,
+        throttle_time_ms: 0,
+    };
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for td in req.topic_data {
         let topic = if version >= 13 {
@@ -133,94 +229,27 @@ pub async fn enqueue(
         };
         let mut slots = Vec::with_capacity(td.partition_data.len());
         for pd in td.partition_data {
-            let mut append_time = NO_APPEND_TIME;
-            let mut traced = None;
-            let slot = if req.transactional_id.is_some() {
-                Slot::Done(Err(HelixError::TransactionsUnsupported))
-            } else {
-                match replica(topic.as_ref(), pd.index, version >= 13)
-                    .and_then(|p| p.check_writable().map(|()| p))
-                {
-                    Err(e) => Slot::Done(Err(e)),
-                    Ok(p) => {
-                        let records = pd.records.unwrap_or_default();
-                        let valid = if version >= 3 && records.is_empty() {
-                            Err(HelixError::InvalidRecord(format!(
-                                "Produce v{version} carries exactly one record batch per partition, not 0"
-                            )))
-                        } else {
-                            // A replica was found, so the topic was.
-                            topic
-                                .as_ref()
-                                .map_or(Err(HelixError::UnknownTopicOrPartition), |t| {
-                                    accept(&records, &t.effective, version, &mut append_time)
-                                })
-                        };
-                        match valid {
-                            Err(e) => Slot::Done(Err(e)),
-                            Ok(batches) => {
-                                if tracing::enabled!(target: TRACE, tracing::Level::DEBUG) {
-                                    traced = batches
-                                        .first()
-                                        .and_then(|b| batch::parse_header(&b.bytes).ok())
-                                        .map(|h| {
-                                            (h.producer_id, h.producer_epoch, h.base_sequence)
-                                        });
-                                }
-                                Metrics::count(&m.counters.produce_bytes, records.len() as u64);
-                                // The room is what will be held: the
-                                // batches as stored (a topic's codec may
-                                // have made them larger than sent). However
-                                // long it takes (ADR 0011): the read loop
-                                // reads nothing meanwhile.
-                                let size: usize = batches.iter().map(|b| b.bytes.len()).sum();
-                                match broker.backpressure.acquire(size).await {
-                                    Err(e) => Slot::Done(Err(e)),
-                                    Ok(room) => {
-                                        if throttling {
-                                            // Measured while this request
-                                            // holds its room: the load it
-                                            // adds counts against it.
-                                            throttle_time_ms =
-                                                throttle_time_ms.max(throttle_ms(broker));
-                                        }
-                                        let (reply, rx) = if acks == 0 {
-                                            (None, None)
-                                        } else {
-                                            let (tx, rx) = oneshot::channel();
-                                            (Some(tx), Some(rx))
-                                        };
-                                        let pending = PendingProduce {
-                                            batches: batches.into_iter().map(|b| b.bytes).collect(),
-                                            size,
-                                            acks,
-                                            reply,
-                                            enqueued: Instant::now(),
-                                            room,
-                                        };
-                                        match (p.produce(pending).await, rx) {
-                                            (Err(e), _) => Slot::Done(Err(e)),
-                                            (Ok(()), Some(rx)) => Slot::Waiting(rx),
-                                            (Ok(()), None) => Slot::Done(Ok(())),
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
+            slots.push(if req.transactional_id.is_some() {
+                Admitted {
+                    index: pd.index,
+                    slot: Slot::Done(Err(HelixError::TransactionsUnsupported)),
+                    append_time: NO_APPEND_TIME,
+                    traced: None,
                 }
-            };
-            slots.push((pd.index, slot, append_time, traced));
+            } else {
+                admission.admit(topic.as_ref(), pd).await
+            });
         }
         topics.push((td.name, td.topic_id, topic, slots));
     }
+    let throttle_time_ms = admission.throttle_time_ms;
     let broker = Arc::clone(broker);
     async move {
         if acks == 0 {
             // Nobody reads an acks=0 answer: as Kafka does, a failed
             // partition closes the connection so the client notices.
             for (_, _, _, slots) in &topics {
-                for (index, slot, _, _) in slots {
+                for Admitted { index, slot, .. } in slots {
                     if let Slot::Done(Err(e)) = slot {
                         return Err(HelixError::InvalidRequest(format!(
                             "acks=0 produce to partition {index} failed: {e}"
@@ -239,7 +268,13 @@ pub async fn enqueue(
             let mut t = TopicProduceResponse::default();
             t.name = name;
             t.topic_id = topic_id;
-            for (index, slot, append_time, traced) in slots {
+            for Admitted {
+                index,
+                slot,
+                append_time,
+                traced,
+            } in slots
+            {
                 let mut r = PartitionProduceResponse::default();
                 r.index = index;
                 r.base_offset = -1;
