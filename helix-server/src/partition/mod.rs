@@ -360,10 +360,10 @@ impl Partition {
     }
 
     /// Whether this replica leads and holds its lease: a majority of its
-    /// group answered within the lease, so it is not cut off (ADR 0019).
-    /// Only then does this node name itself leader or serve as one.
-    /// Leads with its lease, and a majority of its group is still
-    /// connected (the shard may not have heard of a broken connection yet).
+    /// group answered within the lease, so it is not cut off (ADR 0019),
+    /// and a majority is still connected (the transport's report of a
+    /// broken connection counts before the shard has processed it). Only
+    /// then does this node name itself leader or serve as one.
     pub fn holds_lease(&self) -> bool {
         self.published.holds_lease() && self.links.reach_majority(&self.voters)
     }

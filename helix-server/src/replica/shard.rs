@@ -360,8 +360,9 @@ impl Shard {
             if let Some(ack) = rd.acknowledged {
                 state.acknowledged(ack);
             }
-            // What was held for an election, an apply or the lease may be
-            // decided now, not a tick later.
+            // What a new leader held until its predecessors' entries were
+            // applied (or a full log held) may be decided now, not a tick
+            // later.
             if state.holds_requests()
                 && let Some(g) = self.multi.group_mut(id)
             {
