@@ -42,9 +42,10 @@ pub struct Close(pub String);
 /// majority (it heard one since it started) closes the connection instead
 /// of answering them, so the client's next query goes to another node it
 /// knows (ADR 0013). A node still starting answers them (ADR 0023).
-/// Answering them on a cut-off node too was tried (ADR 0023) and, in the
-/// availability test, a fresh idempotent producer then had 4 records
-/// acknowledged that no replica holds (issue 29 finding 6, open).
+/// Answering them on a cut-off node too was tried twice (ADR 0023): first
+/// a fresh idempotent producer had records acknowledged that no replica
+/// holds (issue 29 finding 6, since closed by ADR 0025), then a fresh
+/// producer's first record stalled for its whole message timeout.
 fn routes_clients(key: ApiKey) -> bool {
     matches!(
         key,
