@@ -52,8 +52,19 @@ class LinkProxy:
         with self.lock:
             self.mode = mode
             if mode == "refuse":
+                # shutdown() first: close() alone does not end a connection
+                # whose socket a pump thread is blocked reading (the kernel
+                # keeps it open until that read returns), so each end
+                # learnt of the cut only when it next sent something, the
+                # leader a heartbeat later than the followers. Both ends
+                # now see the connection end at once, as when a process
+                # dies and its kernel closes its sockets.
                 for a, b in self.conns:
                     for s in (a, b):
+                        try:
+                            s.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
                         try:
                             s.close()
                         except OSError:
@@ -273,6 +284,24 @@ class HelixCluster:
     def heal(self) -> None:
         for p in self.proxies.values():
             p.set_mode("pass")
+
+    def stored_sizes(self) -> dict[int, dict[int, int]]:
+        """While the nodes run: {node: {partition: bytes of its WAL's .log
+        segments}} of the one user topic the cluster holds, from the files
+        (a follower's log is only on disk once it applied it)."""
+        out: dict[int, dict[int, int]] = {}
+        for n in self.nodes:
+            out[n.id] = {}
+            for pdir in (n.data_dir / "topics").glob("*/*"):
+                if pdir.name.isdigit():
+                    total = 0
+                    for s in (pdir / "wal").glob("*.log"):
+                        try:
+                            total += s.stat().st_size
+                        except FileNotFoundError:  # removed by retention meanwhile
+                            pass
+                    out[n.id][int(pdir.name)] = total
+        return out
 
     def stored_logs(self) -> dict[int, dict[int, bytes]]:
         """With every node stopped: {node: {partition: the bytes of its

@@ -91,7 +91,25 @@ def assert_replicas_identical(cluster: HelixCluster, topic: str) -> None:
     a replica that stored anything else has diverged, even if the leader a
     consumer reads from is right). Stops the cluster."""
     wait_in_sync(cluster, topic)
-    time.sleep(2.0)  # heartbeats carry the last commit index to followers
+    # In sync is not caught up: a follower stays in the ISR while it is
+    # less than replica.lag.time.max.ms behind, and it writes an entry to
+    # its WAL only once it hears the entry is committed. So the files are
+    # compared once every replica of every partition holds as many bytes
+    # as the others, and still does a moment later.
+    started = time.monotonic()
+    deadline = started + 60
+    previous = None
+    while True:
+        sizes = cluster.stored_sizes()
+        parts = sorted({p for per_node in sizes.values() for p in per_node})
+        same = all(len({sizes[n].get(p) for n in sizes}) == 1 for p in parts)
+        if same and sizes == previous:
+            break
+        assert time.monotonic() < deadline, \
+            f"the replicas' logs never reached the same size: {sizes}\n{cluster.logs()}"
+        previous = sizes if same else None
+        time.sleep(0.2)
+    report("replicas_converged", {"topic": topic, "seconds": round(time.monotonic() - started, 3)})
     cluster.stop()
     stored = cluster.stored_logs()
     nodes = sorted(stored)
