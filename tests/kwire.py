@@ -223,6 +223,7 @@ class BatchInfo:
     base_timestamp: int
     max_timestamp: int
     raw_records: bytes
+    producer_epoch: int = -1
 
     @property
     def compression(self) -> int:
@@ -248,11 +249,11 @@ def parse_batches(data: bytes) -> list[BatchInfo]:
         base_ts = r.i64()
         max_ts = r.i64()
         pid = r.i64()
-        r.i16()
+        epoch = r.i16()
         base_seq = r.i32()
         count = r.i32()
         out.append(BatchInfo(base_offset, last_delta, attributes, crc32c(data[pos + 21:end]) == crc,
-                             count, pid, base_seq, base_ts, max_ts, data[pos + 61:end]))
+                             count, pid, base_seq, base_ts, max_ts, data[pos + 61:end], epoch))
         pos = end
     return out
 

@@ -25,9 +25,10 @@ from confluent_kafka.admin import ConfigResource, NewTopic
 
 import clients
 import harness
+import kwire
 from cluster_harness import HelixCluster
 from cluster_load import read_all
-from test_cluster_faults import FAST, assert_replicas_identical, wait_in_sync
+from test_cluster_faults import FAST, assert_replicas_identical, settled_leader, wait_in_sync
 
 pytestmark = [pytest.mark.cluster, pytest.mark.managed,
               pytest.mark.skipif(harness.external_bootstrap() is not None
@@ -111,6 +112,25 @@ def check_every_acknowledged_record(cluster: HelixCluster, topic: str, w: Writer
         assert len(values) == len(set(values)), f"partition {part}: a record is stored twice"
 
 
+def assert_producer_went_on(cluster: HelixCluster, topic: str, w: Writer) -> None:
+    """The producer's later batches carry the epoch and the sequences its
+    first ones started: every replica, the one that forgot it included,
+    took its next batch as Kafka 3.9.1 does. (A refusal, UNKNOWN_PRODUCER_ID,
+    makes librdkafka bump the epoch and start again at 0, or, when its own
+    bookkeeping cannot rule out a batch in flight, fail the producer.)"""
+    view = wait_in_sync(cluster, topic)
+    for part in range(PARTITIONS):
+        leader = cluster.node(view[part][0])
+        end = w.acked[part][-1][0] + 1
+        with kwire.Conn("127.0.0.1", leader.kafka_port) as conn:
+            batches = [b for b in conn.fetch_all(topic, part, end, start_offset=end - 1)
+                       if b.producer_id >= 0]
+        last = batches[-1]
+        assert last.producer_epoch == 0 and last.base_sequence + last.record_count == BATCHES * 2 * RECORDS, \
+            (f"partition {part}: the producer's last batch is epoch {last.producer_epoch}, sequences "
+             f"{last.base_sequence}+{last.record_count}: it was made to start again")
+
+
 @pytest.mark.parametrize("removal,restart", [("delete_records", "kill9"),
                                              ("retention", "snapshot_deleted")])
 def test_replicas_stay_identical_when_one_forgets_the_producer(tmp_path, removal, restart):
@@ -159,10 +179,17 @@ def test_replicas_stay_identical_when_one_forgets_the_producer(tmp_path, removal
                 f.unlink()
         n3.start()
         wait_in_sync(cluster, topic)
+        # Node 3 takes back the partitions it is the preferred leader of,
+        # so the producer's next batch is decided by the replica that
+        # forgot it (before ADR 0025's amendment it refused the batch,
+        # and librdkafka failed the producer).
+        for p in range(PARTITIONS):
+            settled_leader(cluster, topic, p)
 
         # The same producer writes on.
         w.write(BATCHES)
         check_every_acknowledged_record(cluster, topic, w, produced)
+        assert_producer_went_on(cluster, topic, w)
         assert_replicas_identical(cluster, topic)
     finally:
         cluster.stop()

@@ -158,6 +158,8 @@ def run(opts: Options) -> dict:
         except KafkaException as e:  # noted in the history; the final read will say what it can
             errors.append(f"liveness: no watermarks after healing: {e}")
             ends = {}
+        for c in consumers:
+            c.draining.set()
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while time.monotonic() < deadline and not all(c.caught_up(ends) for c in consumers if c.is_alive()):
             time.sleep(0.2)

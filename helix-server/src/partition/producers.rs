@@ -12,8 +12,10 @@
 //! A producer expires after `producer.id.expiration.ms` of *log time* (the
 //! largest batch timestamp applied), and the table holds at most
 //! [`MAX_PRODUCERS`]; past that the producer idle longest is forgotten.
-//! A forgotten producer's next batch is accepted only at sequence 0;
-//! otherwise it is answered UNKNOWN_PRODUCER_ID (ADR 0025).
+//! A producer the table never knew must start at sequence 0, or is
+//! answered UNKNOWN_PRODUCER_ID (ADR 0025); one it may have forgotten
+//! (expired, evicted, or lost with a snapshot) is accepted at any
+//! sequence, as Kafka accepts a producer whose state retention removed.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -76,29 +78,47 @@ pub enum SequenceCheck {
     Duplicate { base_offset: i64 },
 }
 
-/// Decides whether a batch of a producer in `state` (None: unknown, or
-/// expired) may follow what the log holds, as Kafka's `ProducerAppendInfo`
-/// does, with one exception: an unknown producer must start at sequence 0,
-/// or is answered UNKNOWN_PRODUCER_ID (Kafka accepts any sequence there,
-/// ADR 0025). A new epoch starts at 0; within an epoch, a replay of a
+/// What the table knows of one producer.
+#[derive(Debug, Clone, Copy)]
+pub enum Known<'a> {
+    /// Its state as the log shows it.
+    Live(&'a ProducerState),
+    /// Nothing, and the table never forgot it: never seen here.
+    Never,
+    /// Nothing, but it may have been forgotten (expired, evicted, or its
+    /// records removed while this replica's snapshot of them was lost).
+    Forgotten,
+}
+
+/// Decides whether a batch of a producer the table knows as `known` may
+/// follow what the log holds, as Kafka's `ProducerAppendInfo` does, with
+/// one exception: a producer never seen here must start at sequence 0, or
+/// is answered UNKNOWN_PRODUCER_ID (Kafka accepts any sequence there, ADR
+/// 0025). A new epoch starts at 0; within an epoch, a replay of a
 /// remembered batch is a duplicate and anything but the next sequence is
 /// out of order.
-pub fn check(state: Option<&ProducerState>, h: &BatchHeader) -> Result<SequenceCheck> {
+pub fn check(known: Known<'_>, h: &BatchHeader) -> Result<SequenceCheck> {
     if h.producer_id == NO_PRODUCER_ID {
         return Ok(SequenceCheck::Accept);
     }
-    let Some(entry) = state else {
+    let entry = match known {
+        Known::Live(entry) => entry,
+        // Its earlier batches may have been removed with its state:
+        // Kafka's rule, any sequence (librdkafka would otherwise fail the
+        // producer whenever its own bookkeeping cannot rule out a batch
+        // in flight).
+        Known::Forgotten => return Ok(SequenceCheck::Accept),
         // Its earlier batches are not here: they may be waiting on a
         // deposed leader, and accepting this one would tell the client
         // (librdkafka acknowledges implicitly what precedes an accepted
-        // batch) that they are stored. A producer this partition forgot
-        // (expiry, eviction) gets the same answer; with nothing in flight
-        // its client bumps the epoch and starts again at 0.
-        return if h.base_sequence == 0 {
-            Ok(SequenceCheck::Accept)
-        } else {
-            Err(HelixError::UnknownProducerId(h.producer_id))
-        };
+        // batch) that they are stored.
+        Known::Never => {
+            return if h.base_sequence == 0 {
+                Ok(SequenceCheck::Accept)
+            } else {
+                Err(HelixError::UnknownProducerId(h.producer_id))
+            };
+        }
     };
     if h.producer_epoch < entry.epoch {
         return Err(HelixError::InvalidProducerEpoch);
@@ -145,10 +165,24 @@ pub struct ProducerTable {
     /// `producer.id.expiration.ms` (configuration, not state).
     #[serde(skip, default = "default_expiration")]
     expiration_ms: i64,
+    /// The highest producer id dropped by expiry or eviction (-1: none):
+    /// producer ids are handed out in increasing order, so an unknown id
+    /// at or below it may be one of them.
+    #[serde(default = "no_producer")]
+    forgot_up_to: i64,
+    /// The log time at which the table was rebuilt without the snapshot of
+    /// records since removed: until a producer they held would have
+    /// expired, the table may lack producers it cannot name.
+    #[serde(default)]
+    lost_unnamed_at: Option<i64>,
 }
 
 fn default_expiration() -> i64 {
     DEFAULT_PRODUCER_ID_EXPIRATION_MS
+}
+
+fn no_producer() -> i64 {
+    NO_PRODUCER_ID
 }
 
 impl Default for ProducerTable {
@@ -157,6 +191,8 @@ impl Default for ProducerTable {
             producers: HashMap::new(),
             clock: 0,
             expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+            forgot_up_to: NO_PRODUCER_ID,
+            lost_unnamed_at: None,
         }
     }
 }
@@ -190,10 +226,33 @@ impl ProducerTable {
             .filter(|s| s.last_timestamp >= horizon)
     }
 
+    /// What the table knows of `producer_id`.
+    pub fn known(&self, producer_id: i64) -> Known<'_> {
+        if let Some(state) = self.live(producer_id) {
+            Known::Live(state)
+        } else if producer_id <= self.forgot_up_to
+            || self.producers.contains_key(&producer_id)
+            || self
+                .lost_unnamed_at
+                .is_some_and(|at| self.clock <= at.saturating_add(self.expiration_ms))
+        {
+            Known::Forgotten
+        } else {
+            Known::Never
+        }
+    }
+
+    /// Records that producers were lost with the records below the log
+    /// start (rebuilt without a snapshot that covered them): until they
+    /// would have expired, an unknown producer may be one of them.
+    pub fn lost_unnamed(&mut self) {
+        self.lost_unnamed_at = Some(self.clock);
+    }
+
     /// [`check`] against this table alone (a leader with nothing in flight).
     #[cfg(test)]
     pub fn check(&self, h: &BatchHeader) -> Result<SequenceCheck> {
-        check(self.live(h.producer_id), h)
+        check(self.known(h.producer_id), h)
     }
 
     /// Records an appended batch at its assigned base offset (every
@@ -227,6 +286,7 @@ impl ProducerTable {
             .map(|(id, _)| *id);
         if let Some(id) = idlest {
             self.producers.remove(&id);
+            self.forgot_up_to = self.forgot_up_to.max(id);
         }
     }
 
@@ -234,7 +294,15 @@ impl ProducerTable {
     /// unknown; this only frees their memory).
     pub fn expire(&mut self) {
         let horizon = self.clock.saturating_sub(self.expiration_ms);
-        self.producers.retain(|_, s| s.last_timestamp >= horizon);
+        let mut forgot = self.forgot_up_to;
+        self.producers.retain(|id, s| {
+            let live = s.last_timestamp >= horizon;
+            if !live {
+                forgot = forgot.max(*id);
+            }
+            live
+        });
+        self.forgot_up_to = forgot;
     }
 
     #[cfg(test)]
@@ -324,10 +392,13 @@ impl Proposed {
                     .get(&pid)
                     .or_else(|| staged.producers.get(&pid))
                     .or_else(|| self.producers.get(&pid).map(|(s, _)| s))
-                    .or_else(|| table.live(pid));
+                    .map_or_else(|| table.known(pid), Known::Live);
                 match check(current, &h) {
                     Ok(SequenceCheck::Accept) => {
-                        let mut after = current.cloned().unwrap_or_default();
+                        let mut after = match current {
+                            Known::Live(s) => s.clone(),
+                            Known::Never | Known::Forgotten => ProducerState::default(),
+                        };
                         after.record(&h, next);
                         mine.insert(pid, after);
                     }

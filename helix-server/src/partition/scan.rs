@@ -112,6 +112,9 @@ pub fn rebuild(
     // Records the snapshot covers may be gone; those after it are read.
     let mut producers = snapshot.producers;
     let mut max_ts = snapshot.max_timestamp;
+    // Records between the snapshot and the log start were removed and no
+    // snapshot of them is left: the producers they held are lost.
+    let lost = snapshot.covers < reader.log_start_offset();
     let mut offset = reader.log_start_offset().max(snapshot.covers);
     while offset < end {
         let chunk = reader.read(offset, SCAN_CHUNK)?;
@@ -133,6 +136,9 @@ pub fn rebuild(
             producers.record(&h, h.base_offset);
         }
         offset = chunk.next_offset;
+    }
+    if lost {
+        producers.lost_unnamed();
     }
     Ok((producers, max_ts))
 }
@@ -214,5 +220,46 @@ mod tests {
             scanned.check(&second),
             Ok(SequenceCheck::Duplicate { .. })
         ));
+    }
+
+    /// Producer 5's records removed, then the state rebuilt: with the
+    /// snapshot taken before the removal it still knows 5, and a producer
+    /// it never saw must start at 0 (ADR 0025); without it, it knows
+    /// neither, and takes either at its next sequence, as Kafka does.
+    #[test]
+    fn a_rebuild_without_the_snapshot_of_removed_records_knows_it_may_have_forgotten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) =
+            PartitionLog::open(&dir.path().join("wal"), LogConfig::default()).expect("open");
+        let first = append(&mut log, 1, 0, 100);
+        let (producers, max_ts) = rebuild(&log.reader(), log.next_offset(), None).expect("scan");
+        let snapshot = Snapshot {
+            covers: log.next_offset(),
+            producers,
+            max_timestamp: max_ts,
+            acknowledged_offset: log.next_offset(),
+            index: 1,
+            term: 1,
+        };
+        log.append(RaftPosition { index: 2, term: 1 }, &[])
+            .expect("delete entry");
+        log.delete_records_before(log.next_offset())
+            .expect("delete");
+        let next_of_5 = BatchHeader {
+            base_sequence: 1,
+            ..first
+        };
+        let stranger = BatchHeader {
+            producer_id: 6,
+            ..next_of_5
+        };
+        let end = log.next_offset();
+        let kept = snapshot.describes(&log);
+        assert!(kept.is_some(), "the snapshot covers what was removed");
+        let (with, _) = rebuild(&log.reader(), end, kept).expect("tail");
+        assert!(with.check(&next_of_5).is_ok());
+        assert!(with.check(&stranger).is_err());
+        let (without, _) = rebuild(&log.reader(), end, None).expect("scan");
+        assert!(without.check(&stranger).is_ok());
     }
 }

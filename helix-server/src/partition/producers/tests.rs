@@ -148,6 +148,45 @@ fn the_table_is_bounded_and_forgets_the_idlest_producer_the_same_way_everywhere(
     assert_eq!(t, other, "the same choice on every replica");
 }
 
+/// A producer the table may have forgotten is accepted at any sequence,
+/// as Kafka accepts one whose state retention removed; one it never knew
+/// still must start at 0 (ADR 0025). The suite's retention test failed
+/// before: the restarted replica led, refused the producer's next batch,
+/// and librdkafka failed the producer.
+#[test]
+fn a_forgotten_producer_goes_on_at_its_next_sequence_and_a_new_one_starts_at_0() {
+    let mut t = ProducerTable::default();
+    t.set_expiration(4_000);
+    t.record(&at(header(3, 0, 0, 10), 1_000), 0);
+    t.record(&at(header(-1, -1, -1, 1), 9_000), 10);
+    // Expired, still held: forgotten.
+    assert!(t.check(&header(3, 0, 10, 5)).is_ok());
+    t.expire();
+    assert_eq!(t.len(), 0);
+    // Dropped: forgotten, by id.
+    assert!(t.check(&header(3, 0, 10, 5)).is_ok());
+    assert!(
+        t.check(&header(2, 0, 40, 5)).is_ok(),
+        "ids at or below a forgotten one"
+    );
+    assert!(matches!(
+        t.check(&header(4, 0, 40, 5)),
+        Err(HelixError::UnknownProducerId(4))
+    ));
+    // Rebuilt without the snapshot of removed records: any unknown
+    // producer, until a producer they held would have expired.
+    let mut rebuilt = ProducerTable::default();
+    rebuilt.set_expiration(4_000);
+    rebuilt.record(&at(header(-1, -1, -1, 1), 1_000), 50);
+    rebuilt.lost_unnamed();
+    assert!(rebuilt.check(&header(8, 0, 120, 20)).is_ok());
+    rebuilt.record(&at(header(-1, -1, -1, 1), 5_001), 51);
+    assert!(matches!(
+        rebuilt.check(&header(8, 0, 120, 20)),
+        Err(HelixError::UnknownProducerId(8))
+    ));
+}
+
 fn one(batch: Bytes) -> Vec<Bytes> {
     vec![batch]
 }
