@@ -121,6 +121,13 @@ struct Admitted {
     traced: Option<(i64, i16, i32)>,
 }
 
+/// What admitting one partition learnt besides its slot: the append time
+/// its topic stamps, and the trace of its first batch.
+struct Seen {
+    append_time: i64,
+    traced: Option<(i64, i16, i32)>,
+}
+
 /// What every partition of one request shares while it is admitted.
 struct Admission<'a> {
     broker: &'a Arc<Broker>,
@@ -135,24 +142,28 @@ struct Admission<'a> {
 impl Admission<'_> {
     /// Checks, converts and queues one partition's records.
     async fn admit(&mut self, topic: Option<&Arc<Topic>>, pd: PartitionProduceData) -> Admitted {
-        let mut a = Admitted {
-            index: pd.index,
-            slot: Slot::Done(Ok(())),
+        let index = pd.index;
+        let mut seen = Seen {
             append_time: NO_APPEND_TIME,
             traced: None,
         };
-        a.slot = self
-            .queue(topic, pd, &mut a)
+        let slot = self
+            .queue(topic, pd, &mut seen)
             .await
             .unwrap_or_else(|e| Slot::Done(Err(e)));
-        a
+        Admitted {
+            index,
+            slot,
+            append_time: seen.append_time,
+            traced: seen.traced,
+        }
     }
 
     async fn queue(
         &mut self,
         topic: Option<&Arc<Topic>>,
         pd: PartitionProduceData,
-        a: &mut Admitted,
+        a: &mut Seen,
     ) -> Result<Slot, HelixError> {
         let version = self.version;
         let p = replica(topic, pd.index, version >= 13)?;
