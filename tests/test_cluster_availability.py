@@ -16,11 +16,14 @@ HELIX_AVAILABILITY_SEED): the order of the trials, a jitter added to each
 start delay, the order of the bootstrap list. HELIX_AVAILABILITY_ROUNDS
 runs the whole set of trials that many times (default 1);
 HELIX_AVAILABILITY_DELAYS replaces the start delays (comma-separated
-seconds).
+seconds). HELIX_AVAILABILITY_DEBUG=1 writes each trial's librdkafka debug
+log (broker, topic, metadata, msg, eos, protocol) and the cut's wall time
+beside the node logs: trialN.log, trialN.meta.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -61,11 +64,28 @@ def _seed() -> int:
     return int(raw) if raw else random.SystemRandom().randrange(1 << 32)
 
 
+def trial_log(workdir, n: int, cut: int, cut_at: float, delay: float) -> logging.Logger | None:
+    """With HELIX_AVAILABILITY_DEBUG set: a logger writing trial `n`'s
+    librdkafka debug lines to workdir/trialN.log (wall-clock times, to read
+    beside the node logs), and the cut to workdir/trialN.meta."""
+    if not os.environ.get("HELIX_AVAILABILITY_DEBUG"):
+        return None
+    log = logging.getLogger(f"availability.trial{n}")
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    handler = logging.FileHandler(workdir / f"trial{n}.log")
+    handler.setFormatter(logging.Formatter("%(created).3f %(message)s"))
+    log.addHandler(handler)
+    cut_wall = time.time() - (time.monotonic() - cut_at)
+    (workdir / f"trial{n}.meta").write_text(f"cut={cut} cut_at_wall={cut_wall:.3f} delay={delay:.3f}\n")
+    return log
+
+
 class Trial:
     """One fresh producer writing RECORDS_PER_TRIAL records, paced, and
     what became of each."""
 
-    def __init__(self, bootstrap: str, topic: str, first_seq: int):
+    def __init__(self, bootstrap: str, topic: str, first_seq: int, debug_log: logging.Logger | None = None):
         self.topic = topic
         self.first_seq = first_seq
         self.result = LoadResult()
@@ -77,6 +97,7 @@ class Trial:
             "enable.idempotence": True, "acks": "all", "linger.ms": 2,
             "message.timeout.ms": STALL_BOUND_MS, "retry.backoff.ms": 50,
             "topic.metadata.refresh.interval.ms": 1000,
+            **({"debug": "broker,topic,metadata,msg,eos,protocol", "logger": debug_log} if debug_log else {}),
         })
 
     def _delivered(self, err, msg) -> None:
@@ -125,7 +146,8 @@ def test_a_fresh_producer_finds_the_new_leader_after_a_cut(tmp_path, topic, mode
             cluster.isolate(cut, mode)
             cut_at = time.monotonic()
             time.sleep(max(0.0, cut_at + delay - time.monotonic()))
-            trial = Trial(bootstrap, topic, first_seq=n * RECORDS_PER_TRIAL)
+            trial = Trial(bootstrap, topic, first_seq=n * RECORDS_PER_TRIAL,
+                          debug_log=trial_log(tmp_path, n, cut, cut_at, delay))
             trial.run()
             cluster.heal()
             longest = max(trial.stalls, default=0.0)

@@ -422,18 +422,24 @@ def test_isolated_leader_stops_and_the_majority_carries_on(tmp_path, topic, mode
                            f"another (at {new_named_at}s): {stale[:5]}\n{timeline}")
         assert not majority_stale, (f"the majority named the cut-off node leader again after naming "
                                     f"another: {majority_stale[:5]}")
-        # Once it knows it is cut off, it stops routing clients (Metadata
-        # closes the connection), so they ask the majority.
+        # Once it knows it is cut off it still answers a new connection's
+        # Metadata (no disconnect, issue 30 item 7), with no leader it cannot
+        # vouch for and the other members as the brokers (not itself), so
+        # clients move to the majority (ADR 0023).
+        expected = (sorted(n.id for n in others), -1)
         deadline = time.monotonic() + 10
-        routing = True
-        while routing and time.monotonic() < deadline:
-            try:
-                with kwire.Conn("127.0.0.1", cluster.node(old).kafka_port) as conn:
-                    conn.brokers()
-                time.sleep(0.2)
-            except (OSError, kwire.ProtocolError):
-                routing = False
-        assert not routing, "the isolated node kept answering Metadata"
+        answer = None
+        while time.monotonic() < deadline:
+            with kwire.Conn("127.0.0.1", cluster.node(old).kafka_port) as conn:
+                answer = (sorted(conn.brokers()), conn.leaders(topic)[0][0])
+            if answer == expected:
+                break
+            time.sleep(0.2)
+        assert answer == expected, f"the isolated node's Metadata: (brokers, leader) {answer}"
+        # A connection it answered as a member before is closed instead, so
+        # that client connects elsewhere at once (ADR 0023, third attempt).
+        with pytest.raises((OSError, kwire.ProtocolError)):
+            to_old.brokers()
         deadline = time.monotonic() + 30
         new = -1
         while time.monotonic() < deadline and new in (-1, old):

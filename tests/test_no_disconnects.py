@@ -1,18 +1,23 @@
-"""No disconnects from a node that is starting (issue 30 item 7, ADR 0023).
+"""No disconnects from a node that is starting or cut off (issue 30 item 7,
+ADR 0023).
 
 librdkafka reports a closed connection through the application's error
 callback ("Broker transport failure"), and a client that treats errors as
 fatal stops. Before, a node that did not hear a majority of the cluster
-closed the connection on Metadata, also while it was starting. Now a node
-that has not yet heard a majority since it started answers with what it can
-vouch for: itself and whom it heard, no partition leader
-(LEADER_NOT_AVAILABLE), no controller, and LEADER_NOT_AVAILABLE rather than
-UNKNOWN_TOPIC_OR_PARTITION for a topic its table has not caught up with.
+closed the connection on Metadata. Now it answers with what it can vouch
+for:
+- starting (no majority heard yet): itself and whom it heard, no partition
+  leader (LEADER_NOT_AVAILABLE), no controller, and LEADER_NOT_AVAILABLE
+  rather than UNKNOWN_TOPIC_OR_PARTITION for a topic its table has not
+  caught up with;
+- cut off (it heard a majority, then lost it): the other members, not
+  itself, and no leader, so a client that meets it moves to them. Only a
+  connection it had answered as a member before is closed, once.
 
-A node cut off after it heard a majority still closes the connection on the
-requests that route clients (ADR 0013): answering there was tried and lost
-acknowledged records in the availability test (issue 29 finding 6, open),
-so that half of item 7 is not done.
+Two tests: clients connecting every 50 ms to a cluster whose nodes have
+just opened their listeners (they do not hear each other yet); and to a
+node cut off from its peers, where a producer that knows only that node
+must also get its records acknowledged by the majority.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import time
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import clients
@@ -94,5 +100,47 @@ def test_a_starting_cluster_answers_metadata_without_disconnects(tmp_path):
         assert not later, f"error callbacks while the cluster formed: {later[:5]}"
         for n in cluster.nodes:
             n.wait_routing()
+    finally:
+        cluster.stop()
+
+
+def test_a_node_cut_off_from_its_peers_answers_metadata_without_disconnects(tmp_path):
+    cluster = HelixCluster(tmp_path, 3, proxies=True).start()
+    try:
+        topic = "one-partition"
+        admin = clients.admin(cluster.bootstrap)
+        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(timeout=30)
+        clients.wait_for_partitions(cluster.bootstrap, topic, 1, 30)
+        cut = cluster.node(1)
+        cluster.isolate(1, "refuse")
+        # Until it knows (its peers unheard for 3 s) it answers as a member;
+        # then a new connection is told of the others and of no leader.
+        deadline = time.monotonic() + 30
+        brokers = None
+        while time.monotonic() < deadline:
+            with kwire.Conn("127.0.0.1", cut.kafka_port) as conn:
+                brokers = sorted(conn.brokers())
+            if brokers == [2, 3]:
+                break
+            time.sleep(0.1)
+        assert brokers == [2, 3], f"the cut-off node's brokers: {brokers}"
+        asked, errors = connect_repeatedly(cut.bootstrap, 4.0)
+        assert asked > 10
+        assert not errors, f"error callbacks from the cut-off node: {errors[:5]}"
+        # A producer whose only bootstrap server is the cut-off node: it
+        # learns the majority from it and its records are acknowledged there.
+        # (When the node closed the connection instead, this producer knew
+        # no other broker: every record timed out, with `1/1 brokers are
+        # down` error callbacks.)
+        errors.clear()
+        acked: list = []
+        p = Producer({**clients.RDKAFKA, "bootstrap.servers": cut.bootstrap, "enable.idempotence": True,
+                      "acks": "all", "message.timeout.ms": 20000,
+                      "error_cb": lambda e: errors.append(str(e))})
+        for i in range(20):
+            p.produce(topic, value=b"%d" % i, on_delivery=lambda err, msg: acked.append(err))
+        assert p.flush(30) == 0, "records still in flight"
+        assert acked == [None] * 20, [e for e in acked if e is not None][:3]
+        assert not errors, f"error callbacks: {errors[:5]}"
     finally:
         cluster.stop()

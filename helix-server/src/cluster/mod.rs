@@ -148,24 +148,35 @@ impl ClusterState {
         !self.hears_majority() && self.had_majority.load(Ordering::Relaxed)
     }
 
-    /// The members a client should be told of (Metadata, DescribeCluster):
-    /// those up while it hears a majority; otherwise (it is starting: a
-    /// node cut off closes the connection before it gets here, see
-    /// `kafka::dispatch`) itself and whoever it has heard, so clients wait
-    /// on it instead of dialling nodes that may not be up (ADR 0023).
+    /// The members a client should be told of (Metadata, DescribeCluster).
+    /// - Hearing a majority: those up.
+    /// - Cut off (it heard a majority since it started, and lost it): the
+    ///   other members it has heard, not itself. It can serve nothing, and
+    ///   a client told of the others only moves to them without a
+    ///   disconnect (librdkafka drops a broker that Metadata no longer
+    ///   lists; ADR 0023). Only a connection that was never told this node
+    ///   is a member gets here (`kafka::dispatch` closes the others).
+    /// - Starting (no majority heard yet): itself and whoever it has
+    ///   heard, so clients wait on it instead of dialling nodes that may
+    ///   not be up.
     pub fn members_to_offer(&self) -> Vec<&Member> {
         if self.hears_majority() {
             return self.live_members();
         }
         let liveness = self.liveness.read().ok();
+        let heard = |m: &&Member| {
+            m.id != self.me
+                && liveness
+                    .as_ref()
+                    .is_some_and(|l| l.heard_within(m.id, Duration::MAX))
+        };
+        let others: Vec<&Member> = self.members.iter().filter(heard).collect();
+        if self.had_majority.load(Ordering::Relaxed) && !others.is_empty() {
+            return others;
+        }
         self.members
             .iter()
-            .filter(|m| {
-                m.id == self.me
-                    || liveness
-                        .as_ref()
-                        .is_some_and(|l| l.heard_within(m.id, Duration::MAX))
-            })
+            .filter(|m| m.id == self.me || heard(m))
             .collect()
     }
 

@@ -384,45 +384,95 @@ fn futures_now<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }
 
+/// The brokers a Metadata answer lists on a connection in state `told`
+/// (`kafka::dispatch::check_reachable`); None when the connection is
+/// closed instead.
+async fn metadata_brokers(b: &Arc<Broker>, told: &mut bool) -> Option<Vec<i32>> {
+    use bytes::Buf;
+    use kafka_protocol::messages::{
+        ApiKey, MetadataRequest, MetadataResponse, RequestKind, ResponseHeader,
+    };
+    use kafka_protocol::protocol::Decodable;
+    let f = crate::kafka::tests::frame(
+        ApiKey::Metadata,
+        9,
+        &RequestKind::Metadata(MetadataRequest::default()),
+    );
+    let pending = crate::kafka::dispatch::start_from(b, f, None, told)
+        .await
+        .ok()?;
+    let mut out = pending
+        .await
+        .expect("encoded")
+        .expect("a response")
+        .into_bytes();
+    let _len = out.get_i32();
+    ResponseHeader::decode(&mut out, ApiKey::Metadata.response_header_version(9)).expect("header");
+    let resp = MetadataResponse::decode(&mut out, 9).expect("decode");
+    let mut ids: Vec<i32> = resp.brokers.iter().map(|b| b.node_id.0).collect();
+    ids.sort_unstable();
+    Some(ids)
+}
+
+/// ADR 0023: a node cut off from the majority answers a connection it
+/// never told it is a member (naming the others, not itself), and closes
+/// one it did, so that client connects elsewhere at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_cut_off_from_the_majority_closes_instead_of_routing_clients() {
+async fn a_node_cut_off_answers_new_connections_and_closes_those_told_it_is_a_member() {
     use crate::kafka::tests::frame;
-    use kafka_protocol::messages::{ApiKey, MetadataRequest, RequestKind};
+    use kafka_protocol::messages::{ApiKey, RequestKind};
     let c = TestCluster::start(3).await;
-    let metadata = || {
-        frame(
-            ApiKey::Metadata,
-            9,
-            &RequestKind::Metadata(MetadataRequest::default()),
-        )
-    };
-    let answers = |b: &Arc<Broker>| {
-        let b = b.clone();
-        let f = metadata();
-        async move { crate::kafka::dispatch::start(&b, f).await.is_ok() }
-    };
+    let brokers = |b: &Arc<Broker>, told: &mut bool| futures_now(metadata_brokers(b, told));
+    let mut member = false;
+    assert_eq!(brokers(c.broker(3), &mut member), Some(vec![1, 2, 3]));
     assert!(
-        answers(c.broker(3)).await,
-        "a connected node answers Metadata"
+        member,
+        "answered while it hears a majority: told it is a member"
     );
     c.isolate(3);
-    assert!(
-        !answers(c.broker(3)).await,
-        "a node cut off from the majority answered Metadata (its clients would ask it forever)"
+    assert_eq!(
+        brokers(c.broker(3), &mut member),
+        None,
+        "a connection told it was a member is closed"
     );
+    let mut fresh = false;
+    assert_eq!(
+        brokers(c.broker(3), &mut fresh),
+        Some(vec![1, 2]),
+        "a new connection is told of the others, not of the cut-off node"
+    );
+    assert!(!fresh);
     let api_versions = frame(
         ApiKey::ApiVersions,
         3,
         &RequestKind::ApiVersions(Default::default()),
     );
+    let mut told = true;
     assert!(
-        crate::kafka::dispatch::start(c.broker(3), api_versions)
+        crate::kafka::dispatch::start_from(c.broker(3), api_versions, None, &mut told)
             .await
             .is_ok(),
         "ApiVersions is still answered"
     );
-    assert!(answers(c.broker(1)).await, "the majority answers Metadata");
+    assert_eq!(
+        brokers(c.broker(1), &mut false),
+        Some(vec![1, 2]),
+        "the majority answers"
+    );
     c.heal();
-    assert!(answers(c.broker(3)).await, "healed, the node answers again");
+    let mut again = true;
+    let mut healed = None;
+    for _ in 0..100 {
+        healed = brokers(c.broker(3), &mut again);
+        if healed == Some(vec![1, 2, 3]) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        healed,
+        Some(vec![1, 2, 3]),
+        "healed, it answers as a member again"
+    );
     c.close().await;
 }

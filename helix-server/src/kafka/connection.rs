@@ -101,6 +101,9 @@ pub async fn serve(
     let write_loop = tokio::spawn(write_responses(writer, rx));
     let max = broker.config.max_request_size;
     let idle = broker.config.connections_max_idle;
+    // Whether this connection's client was told this node is a member
+    // (`dispatch::check_reachable`).
+    let mut told_member = false;
     loop {
         if broker.backpressure.is_full() {
             Metrics::count(&m.counters.backpressure_pauses, 1);
@@ -141,14 +144,15 @@ pub async fn serve(
             m.requests.started(key, version);
         }
         let is_produce = api.is_some_and(|(key, _)| key == ApiKey::Produce);
-        let pending: PendingResponse = match dispatch::start_from(&broker, frame, peer_ip).await {
-            Ok(p) => p,
-            Err(close) => {
-                m.requests.closed(api.map(|(key, _)| key));
-                tracing::info!(%peer, reason = %close, "closing connection");
-                break;
-            }
-        };
+        let pending: PendingResponse =
+            match dispatch::start_from(&broker, frame, peer_ip, &mut told_member).await {
+                Ok(p) => p,
+                Err(close) => {
+                    m.requests.closed(api.map(|(key, _)| key));
+                    tracing::info!(%peer, reason = %close, "closing connection");
+                    break;
+                }
+            };
         // The budget is given back once the request is answered.
         let answered = async move {
             let out = pending.await;

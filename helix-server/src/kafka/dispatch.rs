@@ -38,14 +38,7 @@ pub type PendingResponse = Pin<Box<dyn Future<Output = Result<Option<Frame>>> + 
 pub struct Close(pub String);
 
 /// The requests whose answers tell a client where to go (leaders, the
-/// coordinator, the brokers, a producer id). A node cut off from the
-/// majority (it heard one since it started) closes the connection instead
-/// of answering them, so the client's next query goes to another node it
-/// knows (ADR 0013). A node still starting answers them (ADR 0023).
-/// Answering them on a cut-off node too was tried twice (ADR 0023): first
-/// a fresh idempotent producer had records acknowledged that no replica
-/// holds (issue 29 finding 6, since closed by ADR 0025), then a fresh
-/// producer's first record stalled for its whole message timeout.
+/// coordinator, the brokers, a producer id).
 fn routes_clients(key: ApiKey) -> bool {
     matches!(
         key,
@@ -56,13 +49,35 @@ fn routes_clients(key: ApiKey) -> bool {
     )
 }
 
-/// A node cut off from the majority closes the connection on a request
-/// that routes clients ([`routes_clients`]).
-fn check_reachable(broker: &Broker, key: ApiKey) -> std::result::Result<(), Close> {
-    if routes_clients(key) && broker.cluster.cut_off() {
+/// Whether a request that routes clients ([`routes_clients`]) is answered
+/// on this connection. `told_member`: the connection was answered one
+/// while this node heard a majority (or was starting), so its client was
+/// told this node is a member and may use it for everything.
+///
+/// A node cut off from the majority (it heard one since it started)
+/// answers a connection that was never told so: it names the others and
+/// no leader it cannot vouch for (ADR 0023), and a client that meets it
+/// cut off moves to them without a disconnect. A connection that was told
+/// is closed instead, so its client connects elsewhere at once: told that
+/// a broker it relies on has left, librdkafka waits for its one-second
+/// timers twice before it uses another (ADR 0023, third attempt).
+fn check_reachable(
+    broker: &Broker,
+    key: ApiKey,
+    told_member: &mut bool,
+) -> std::result::Result<(), Close> {
+    if !routes_clients(key) {
+        return Ok(());
+    }
+    if !broker.cluster.cut_off() {
+        *told_member = true;
+        return Ok(());
+    }
+    if *told_member {
         return Err(Close(format!(
-            "{key:?}: this node is cut off from the majority of the cluster, so its answer \
-             would send the client nowhere; the client asks another node"
+            "{key:?}: this node is cut off from the majority of the cluster, and this \
+             connection's client was told it is a member: closed, so the client asks \
+             another node"
         )));
     }
     Ok(())
@@ -74,7 +89,7 @@ pub async fn start(
     broker: &Arc<Broker>,
     frame: Bytes,
 ) -> std::result::Result<PendingResponse, Close> {
-    start_from(broker, frame, None).await
+    start_from(broker, frame, None, &mut false).await
 }
 
 /// Decodes a frame received from `peer` and starts handling it; the peer's
@@ -86,12 +101,13 @@ pub async fn start_from(
     broker: &Arc<Broker>,
     frame: Bytes,
     peer: Option<std::net::IpAddr>,
+    told_member: &mut bool,
 ) -> std::result::Result<PendingResponse, Close> {
     let (request, mut body) = match read_header(frame)? {
         Header::Answered(pending) => return Ok(pending),
         Header::Request(request, body) => (request, body),
     };
-    check_reachable(broker, request.key)?;
+    check_reachable(broker, request.key, told_member)?;
     let kind = decode_body(request.key, request.version, &mut body)?;
     route(broker, request, kind, peer).await
 }
