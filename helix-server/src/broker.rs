@@ -118,7 +118,7 @@ impl Broker {
                     c.peers().map(|n| (n.id as u64, n.peer.clone())).collect(),
                     cluster_id.clone(),
                 );
-                let t = Transport::start(settings, peers.clone())
+                let t = Transport::start(settings, peers.clone(), host.links())
                     .await
                     .map_err(|e| HelixError::Config(e.to_string()))?;
                 link.set(Arc::new(TransportLink(t.clone())));

@@ -167,7 +167,6 @@ impl PeerHandler {
         // A node sends only once it has formed: it takes part from here on,
         // and if it ever comes back on a new directory, this node says so.
         self.witness.heard_from(from);
-        self.host.peer_heard(from);
         for payload in payloads {
             let Some((&kind, body)) = payload.split_first() else {
                 continue;

@@ -1,6 +1,8 @@
 //! Which peers' connections broke and have not been heard from since: the
-//! transport says so the moment it notices, and a leader's lease counts
-//! from then, not from when its shard gets to the news (ADR 0019 item 2).
+//! transport keeps this table (it marks a peer lost the moment a
+//! connection breaks, and heard when anything arrives from it), and a
+//! leader's lease counts from then, not from when its shard gets to the
+//! news (ADR 0019 item 2).
 //! Without it, a leader whose shard was busy went on naming itself for
 //! tens of milliseconds after a cut the followers had already acted on:
 //! they campaign as soon as the connection breaks (ADR 0017).
@@ -30,12 +32,15 @@ impl PeerLinks {
         }
     }
 
-    /// A connection to or from `node` broke.
-    pub fn lost(&self, node: NodeId) {
+    /// A connection to or from `node` broke; true when it was not already
+    /// lost (so the loss is reported once, until `node` is heard again).
+    pub fn lost(&self, node: NodeId) -> bool {
         let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
-        if lost.insert(node) {
+        let new = lost.insert(node);
+        if new {
             self.lost_count.store(lost.len(), Ordering::Release);
         }
+        new
     }
 
     /// Something arrived from `node`.

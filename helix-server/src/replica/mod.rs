@@ -255,8 +255,8 @@ impl ReplicaHost {
     /// (`helix_raft::RaftGroup::peer_lost`) instead of after an election
     /// timeout. Dropped when a shard's queue is full (the timeout remains).
     pub fn peer_lost(&self, node: NodeId) {
-        // First, before any shard hears of it: leases count from now.
-        self.links.lost(node);
+        // The transport marked it lost in `links` before it told this
+        // host: leases count from then, before any shard hears of it.
         tracing::info!(
             peer = node.0,
             "peer connection lost; its groups' followers campaign soon"
@@ -265,11 +265,6 @@ impl ReplicaHost {
         for s in &self.shards {
             let _ = s.try_send(ShardInput::PeerLost(node));
         }
-    }
-
-    /// Something arrived from `node`: its connection is up.
-    pub fn peer_heard(&self, node: NodeId) {
-        self.links.heard(node);
     }
 
     /// The node's peer connections, as every replica it opens sees them.

@@ -24,14 +24,17 @@ mod tests;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use helix_raft::NodeId;
 use tokio::sync::watch;
 
 use client::LaneQueue;
+
+use crate::partition::links::PeerLinks;
 
 /// The three kinds of peer traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -197,13 +200,13 @@ struct Peer {
     received_frames: AtomicU64,
     received_bytes: AtomicU64,
     last_received: Mutex<Option<Instant>>,
-    /// Its loss was reported and nothing arrived from it since.
-    loss_reported: AtomicBool,
+    /// The node's table of lost peer connections (shared with its replicas).
+    links: Arc<PeerLinks>,
 }
 
 impl Peer {
     fn heard(&self, bytes: usize) {
-        self.loss_reported.store(false, Ordering::Relaxed);
+        self.links.heard(NodeId(self.node));
         self.received_frames.fetch_add(1, Ordering::Relaxed);
         self.received_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
@@ -223,12 +226,13 @@ impl Shared {
         self.peers.iter().find(|p| p.node == node)
     }
 
-    /// A connection to or from `node` broke: the inbound side is told once,
-    /// by whichever lane or direction notices first, until the peer is
-    /// heard from again.
+    /// A connection to or from `node` broke: it is marked lost in the
+    /// node's [`PeerLinks`] at once, and the inbound side is told once, by
+    /// whichever lane or direction notices first, until the peer is heard
+    /// from again.
     fn lost(&self, node: u64) {
         if let Some(p) = self.peer(node)
-            && !p.loss_reported.swap(true, Ordering::AcqRel)
+            && p.links.lost(NodeId(node))
         {
             self.inbound.peer_lost(node);
         }
@@ -256,6 +260,7 @@ impl Transport {
     pub async fn start(
         config: TransportConfig,
         inbound: Arc<dyn Inbound>,
+        links: Arc<PeerLinks>,
     ) -> Result<Transport, TransportError> {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -271,7 +276,7 @@ impl Transport {
                     received_frames: AtomicU64::new(0),
                     received_bytes: AtomicU64::new(0),
                     last_received: Mutex::new(None),
-                    loss_reported: AtomicBool::new(false),
+                    links: links.clone(),
                 })
             })
             .collect();

@@ -81,6 +81,17 @@ impl Inbound for Recorder {
     }
 }
 
+/// A transport with a lost-peer table of its own.
+async fn start_transport(
+    config: TransportConfig,
+    inbound: Arc<dyn Inbound>,
+) -> Result<Transport, TransportError> {
+    let links = Arc::new(crate::partition::links::PeerLinks::new(helix_raft::NodeId(
+        config.node,
+    )));
+    Transport::start(config, inbound, links).await
+}
+
 fn free_addr() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
@@ -129,10 +140,10 @@ async fn all_lanes_up(t: &Transport, to: u64) {
 /// Two nodes of cluster "c" that know each other.
 async fn pair(a_in: Arc<Recorder>, b_in: Arc<Recorder>) -> (Transport, Transport) {
     let (a, b) = (free_addr(), free_addr());
-    let ta = Transport::start(config(1, a, &[(2, b)], "c"), a_in)
+    let ta = start_transport(config(1, a, &[(2, b)], "c"), a_in)
         .await
         .unwrap();
-    let tb = Transport::start(config(2, b, &[(1, a)], "c"), b_in)
+    let tb = start_transport(config(2, b, &[(1, a)], "c"), b_in)
         .await
         .unwrap();
     all_lanes_up(&ta, 2).await;
@@ -179,7 +190,7 @@ async fn payloads_arrive_in_order_per_lane_and_leave_coalesced() {
 async fn a_down_peer_costs_a_counted_drop_not_a_queue() {
     let a = free_addr();
     let nobody = free_addr();
-    let ta = Transport::start(
+    let ta = start_transport(
         config(1, a, &[(2, nobody)], "c"),
         Arc::new(Recorder::default()),
     )
@@ -213,10 +224,10 @@ async fn a_lane_queue_is_bounded_in_bytes() {
     let (a, b) = (free_addr(), free_addr());
     let mut ca = config(1, a, &[(2, b)], "c");
     ca.lane_queue_bytes = [1000, 1000, 1000];
-    let ta = Transport::start(ca, Arc::new(Recorder::default()))
+    let ta = start_transport(ca, Arc::new(Recorder::default()))
         .await
         .unwrap();
-    let tb = Transport::start(config(2, b, &[(1, a)], "c"), Arc::new(Recorder::default()))
+    let tb = start_transport(config(2, b, &[(1, a)], "c"), Arc::new(Recorder::default()))
         .await
         .unwrap();
     all_lanes_up(&ta, 2).await;
@@ -237,11 +248,11 @@ async fn a_lane_queue_is_bounded_in_bytes() {
 async fn lanes_reconnect_when_the_peer_returns() {
     let (a, b) = (free_addr(), free_addr());
     let ra = Arc::new(Recorder::default());
-    let ta = Transport::start(config(1, a, &[(2, b)], "c"), ra.clone())
+    let ta = start_transport(config(1, a, &[(2, b)], "c"), ra.clone())
         .await
         .unwrap();
     let first = Arc::new(Recorder::default());
-    let tb = Transport::start(config(2, b, &[(1, a)], "c"), first.clone())
+    let tb = start_transport(config(2, b, &[(1, a)], "c"), first.clone())
         .await
         .unwrap();
     all_lanes_up(&ta, 2).await;
@@ -266,7 +277,7 @@ async fn lanes_reconnect_when_the_peer_returns() {
     // The same node comes back on the same address.
     let mut again = None;
     for _ in 0..100 {
-        match Transport::start(config(2, b, &[(1, a)], "c"), Arc::new(Recorder::default())).await {
+        match start_transport(config(2, b, &[(1, a)], "c"), Arc::new(Recorder::default())).await {
             Ok(t) => {
                 again = Some(t);
                 break;
@@ -301,17 +312,17 @@ async fn lanes_reconnect_when_the_peer_returns() {
 async fn strangers_are_refused() {
     let b = free_addr();
     let rb = Arc::new(Recorder::default());
-    let tb = Transport::start(config(2, b, &[(1, free_addr())], "c"), rb.clone())
+    let tb = start_transport(config(2, b, &[(1, free_addr())], "c"), rb.clone())
         .await
         .unwrap();
     // Node 1 of another cluster, and node 9 (no member) of this one.
-    let foreign = Transport::start(
+    let foreign = start_transport(
         config(1, free_addr(), &[(2, b)], "other"),
         Arc::new(Recorder::default()),
     )
     .await
     .unwrap();
-    let unknown = Transport::start(
+    let unknown = start_transport(
         config(9, free_addr(), &[(2, b)], "c"),
         Arc::new(Recorder::default()),
     )
@@ -380,10 +391,10 @@ async fn a_stalled_data_lane_does_not_hold_up_control() {
     let (a, b) = (free_addr(), free_addr());
     let mut ca = config(1, a, &[(2, b)], "c");
     ca.max_frame_bytes = 64 << 10;
-    let ta = Transport::start(ca, Arc::new(Recorder::default()))
+    let ta = start_transport(ca, Arc::new(Recorder::default()))
         .await
         .unwrap();
-    let tb = Transport::start(config(2, b, &[(1, a)], "c"), rb.clone())
+    let tb = start_transport(config(2, b, &[(1, a)], "c"), rb.clone())
         .await
         .unwrap();
     all_lanes_up(&ta, 2).await;
