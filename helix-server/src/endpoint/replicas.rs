@@ -8,8 +8,7 @@ use helix_raft::{GroupId, Role, Status};
 use prometheus_client::metrics::MetricType::Gauge;
 use prometheus_client::registry::Unit;
 
-use super::scrape::{Families, Labels};
-use super::snapshot::flag;
+use super::families::{Families, Labels, flag};
 use crate::broker::Broker;
 use crate::partition::Partition;
 

@@ -10,8 +10,8 @@ use helix_raft::{GroupId, Status};
 use prometheus_client::metrics::MetricType::{Counter, Gauge};
 use prometheus_client::registry::Unit;
 
+use super::families::{Families, Labels, flag};
 use super::replicas;
-use super::scrape::{Families, Labels};
 use crate::broker::Broker;
 use crate::metrics::{Stage, metrics, process::ProcessStats};
 
@@ -77,10 +77,6 @@ pub fn gather(
     }
     process(&mut f);
     f
-}
-
-pub fn flag(on: bool) -> f64 {
-    f64::from(u8::from(on))
 }
 
 fn produce_path(f: &mut Families) {

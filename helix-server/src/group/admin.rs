@@ -11,7 +11,7 @@ use kafka_protocol::messages::{
 };
 
 use super::classic::GroupState;
-use super::coordinator::Coordinator;
+use super::coordinator::{Coordinator, DeleteBatch};
 use super::error::{GroupError, NONE};
 use super::record::Record;
 use super::response::{Effects, GroupResponse, OnAcknowledged, str_bytes};
@@ -25,14 +25,6 @@ const OPERATIONS_OMITTED: i32 = i32::MIN;
 /// Without ACLs every group operation is allowed: READ, DELETE, DESCRIBE,
 /// DESCRIBE_CONFIGS, ALTER_CONFIGS (Kafka's AclOperation codes).
 const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11);
-
-/// A DeleteGroups request waiting for its groups' tombstones.
-#[derive(Debug)]
-pub struct DeleteBatch {
-    reply: ReplyTo,
-    results: Vec<DeletableGroupResult>,
-    outstanding: usize,
-}
 
 impl Coordinator {
     pub(super) fn list_groups(&mut self, reply: ReplyTo, request: ListGroupsRequest) {

@@ -136,13 +136,22 @@ struct InFlight {
     waiter: OnAcknowledged,
 }
 
+/// A DeleteGroups request waiting for its groups' tombstones (`admin.rs`
+/// answers it once none is outstanding).
+#[derive(Debug)]
+pub struct DeleteBatch {
+    pub(super) reply: ReplyTo,
+    pub(super) results: Vec<kafka_protocol::messages::delete_groups_response::DeletableGroupResult>,
+    pub(super) outstanding: usize,
+}
+
 /// The group coordinator of one node.
 #[derive(Debug)]
 pub struct Coordinator {
     pub(super) config: GroupConfig,
     pub(super) shards: BTreeMap<CoordinatorPartition, HostedPartition>,
     in_flight: BTreeMap<ProposalId, InFlight>,
-    pub(super) delete_batches: BTreeMap<u64, super::admin::DeleteBatch>,
+    pub(super) delete_batches: BTreeMap<u64, DeleteBatch>,
     pub(super) next_batch: u64,
     next_proposal: u64,
     next_retention_check_ms: u64,
@@ -332,7 +341,7 @@ impl Coordinator {
                 mut response,
             } => {
                 if let Err(error) = result {
-                    super::offsets::fail_response(&mut response, error.code());
+                    response.fail_validated(error.code());
                 }
                 out.reply(reply, response);
             }

@@ -32,24 +32,6 @@ const MAX_TOPIC_NAME_BYTES: usize = 249;
 /// Kafka's INVALID_TOPIC_EXCEPTION.
 const INVALID_TOPIC: i16 = 17;
 
-/// Marks every partition that validation had passed with `code` (the
-/// proposal carrying it failed).
-pub fn fail_response(response: &mut GroupResponse, code: i16) {
-    match response {
-        GroupResponse::OffsetCommit(commit) => {
-            let partitions = commit
-                .topics
-                .iter_mut()
-                .flat_map(|t| t.partitions.iter_mut());
-            partitions
-                .filter(|p| p.error_code == NONE)
-                .for_each(|p| p.error_code = code);
-        }
-        GroupResponse::OffsetDelete(delete) => delete.error_code = code,
-        _ => {}
-    }
-}
-
 /// Which committed offsets to answer for one group: all, or these.
 type Wanted = Option<Vec<(String, Vec<i32>)>>;
 type Answer = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;

@@ -30,6 +30,26 @@ pub enum GroupResponse {
     OffsetDelete(OffsetDeleteResponse),
 }
 
+impl GroupResponse {
+    /// Marks every partition that validation had passed with `code` (the
+    /// proposal carrying the offsets failed).
+    pub fn fail_validated(&mut self, code: i16) {
+        match self {
+            GroupResponse::OffsetCommit(commit) => {
+                let partitions = commit
+                    .topics
+                    .iter_mut()
+                    .flat_map(|t| t.partitions.iter_mut());
+                partitions
+                    .filter(|p| p.error_code == super::error::NONE)
+                    .for_each(|p| p.error_code = code);
+            }
+            GroupResponse::OffsetDelete(delete) => delete.error_code = code,
+            _ => {}
+        }
+    }
+}
+
 /// A response for the request the host identified by `token`, to be
 /// encoded at `version`.
 #[derive(Debug, Clone, PartialEq)]
