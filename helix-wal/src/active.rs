@@ -14,7 +14,8 @@ use crate::error::{Result, WalError};
 use crate::fault::{self, Point};
 use crate::index::IndexBuilder;
 use crate::index::{self, SparseIndex, TimeEntry};
-use crate::segment::{self, ActiveBody, Segment, SegmentState};
+use crate::segment::{self, Segment, SegmentState};
+use crate::source::ActiveBody;
 use crate::types::RaftPosition;
 
 /// Where an active segment resumes after recovery.

@@ -9,7 +9,15 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::segment::Segment;
+/// What the budget needs of a segment it keeps count of (`Segment`).
+pub(crate) trait Mapped: Send + Sync {
+    /// Whether its file is mapped now.
+    fn is_mapped(&self) -> bool;
+    /// The budget tick of its last read.
+    fn last_used(&self) -> u64;
+    /// Drops its mapping (a later read maps it again).
+    fn unmap(&self);
+}
 
 #[derive(Clone, Debug)]
 pub struct FileBudget {
@@ -20,7 +28,7 @@ pub struct FileBudget {
 struct Inner {
     max_mapped: usize,
     clock: AtomicU64,
-    mapped: Mutex<Vec<Weak<Segment>>>,
+    mapped: Mutex<Vec<Weak<dyn Mapped>>>,
 }
 
 impl Default for FileBudget {
@@ -54,7 +62,7 @@ impl FileBudget {
         self.inner.clock.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Segment>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Weak<dyn Mapped>>> {
         // A panic while holding this lock cannot leave the list inconsistent.
         self.inner
             .mapped
@@ -64,15 +72,16 @@ impl FileBudget {
 
     /// Records that `segment` was just mapped and unmaps the least recently
     /// used others while over the cap. Called without any segment lock held.
-    pub(crate) fn register(&self, segment: &Arc<Segment>) {
+    pub(crate) fn register<S: Mapped + 'static>(&self, segment: &Arc<S>) {
         let victims = {
             let mut mapped = self.lock();
             mapped.retain(|w| w.upgrade().is_some_and(|s| s.is_mapped()));
-            mapped.push(Arc::downgrade(segment));
-            let mut live: Vec<Arc<Segment>> = mapped.iter().filter_map(Weak::upgrade).collect();
+            let weak: Weak<S> = Arc::downgrade(segment);
+            mapped.push(weak as Weak<dyn Mapped>);
+            let mut live: Vec<Arc<dyn Mapped>> = mapped.iter().filter_map(Weak::upgrade).collect();
             let excess = live.len().saturating_sub(self.inner.max_mapped);
             live.sort_by_key(|s| s.last_used());
-            live.retain(|s| !Arc::ptr_eq(s, segment));
+            live.retain(|s| !std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(segment)));
             live.truncate(excess);
             live
         };

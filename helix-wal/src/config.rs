@@ -16,8 +16,7 @@ pub enum Durability {
     Fsync,
 }
 
-/// Largest segment the index formats address (positions are u32).
-pub const MAX_SEGMENT_BYTES: u64 = 2 << 30;
+pub use crate::source::MAX_SEGMENT_BYTES;
 
 #[derive(Debug, Clone)]
 pub struct LogConfig {

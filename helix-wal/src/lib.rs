@@ -26,6 +26,7 @@ mod reader;
 mod recovery;
 mod retention;
 mod segment;
+mod shared;
 mod source;
 mod sync;
 mod truncate;

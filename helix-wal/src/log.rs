@@ -13,8 +13,9 @@ use crate::config::{Durability, LogConfig};
 use crate::error::{Result, WalError};
 use crate::meta::Checkpoint;
 use crate::positions::{self, EntryStream};
-use crate::reader::{LogReader, PositionCell, Shared};
+use crate::reader::LogReader;
 use crate::recovery;
+use crate::shared::{PositionCell, Shared};
 use crate::sync::{LogSync, Mark, SyncGroup};
 use crate::types::{AppendCheck, AppendInfo, EpochEnd, RaftPosition, Recovery};
 

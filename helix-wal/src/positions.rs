@@ -14,8 +14,8 @@ use bytes::Bytes;
 
 use crate::entry_index::{self, EntryRecord};
 use crate::error::{Result, WalError};
-use crate::reader::Shared;
 use crate::segment::Segment;
+use crate::shared::Shared;
 use crate::types::{EpochEnd, RaftPosition};
 
 /// An open entry index of one segment, read with `pread`.

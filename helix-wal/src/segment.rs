@@ -21,10 +21,10 @@ use bytes::Bytes;
 use memmap2::Mmap;
 
 use crate::batch::{self, BatchHeader};
-use crate::budget::FileBudget;
+use crate::budget::{FileBudget, Mapped};
 use crate::error::{Result, WalError};
 use crate::index::SparseIndex;
-use crate::source::{SealedView, Source};
+use crate::source::{ActiveBody, SealedView, Source};
 use crate::verify;
 
 /// Chunk size used when walking the active segment through its file.
@@ -58,45 +58,6 @@ enum Body {
     Active(ActiveBody),
     /// Mapped on demand; `None` while unmapped.
     Sealed(Option<Arc<SealedView>>),
-}
-
-/// What readers share with the writer of the active segment.
-#[derive(Debug, Clone)]
-pub struct ActiveBody {
-    pub file: Arc<File>,
-    /// A read-only mapping of the first `ACTIVE_MAP_LEN` bytes of the file,
-    /// longer than the file: readers slice it only below the published
-    /// length, which never exceeds the file's length, so no page past the
-    /// end is ever touched. The file is never shrunk below a published
-    /// length while mapped (truncation writes a new file).
-    pub data: Bytes,
-    pub index: Arc<RwLock<SparseIndex>>,
-}
-
-/// How much of the active segment is mapped; bytes beyond (only a single
-/// entry larger than a segment gets there) are read with `pread`.
-pub const ACTIVE_MAP_LEN: u64 = crate::config::MAX_SEGMENT_BYTES;
-
-impl ActiveBody {
-    pub fn new(
-        file: Arc<File>,
-        path: &Path,
-        index: Arc<RwLock<SparseIndex>>,
-    ) -> Result<ActiveBody> {
-        // SAFETY: see `data`: the mapping is only read below the published
-        // length, and the file is only replaced (never shrunk) under it.
-        let map = unsafe {
-            memmap2::MmapOptions::new()
-                .len(ACTIVE_MAP_LEN as usize)
-                .map(&*file)
-        }
-        .map_err(|e| WalError::io("map active segment", path, e))?;
-        Ok(ActiveBody {
-            file,
-            data: Bytes::from_owner(map),
-            index,
-        })
-    }
 }
 
 #[derive(Debug)]
@@ -586,5 +547,19 @@ impl Segment {
             position,
             reason: reason.into(),
         }
+    }
+}
+
+impl Mapped for Segment {
+    fn is_mapped(&self) -> bool {
+        Segment::is_mapped(self)
+    }
+
+    fn last_used(&self) -> u64 {
+        Segment::last_used(self)
+    }
+
+    fn unmap(&self) {
+        Segment::unmap(self)
     }
 }

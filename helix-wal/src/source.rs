@@ -3,16 +3,58 @@
 //! or a sealed segment's mapping. Callers keep every range below the
 //! segment's published length, which is what keeps mapped reads safe.
 
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
 use crate::batch::{BatchHeader, HEADER_LEN};
 use crate::error::{Result, WalError};
 use crate::index::SparseIndex;
-use crate::segment::ActiveBody;
+
+/// What readers share with the writer of the active segment.
+#[derive(Debug, Clone)]
+pub struct ActiveBody {
+    pub file: Arc<File>,
+    /// A read-only mapping of the first `ACTIVE_MAP_LEN` bytes of the file,
+    /// longer than the file: readers slice it only below the published
+    /// length, which never exceeds the file's length, so no page past the
+    /// end is ever touched. The file is never shrunk below a published
+    /// length while mapped (truncation writes a new file).
+    pub data: Bytes,
+    pub index: Arc<RwLock<SparseIndex>>,
+}
+
+/// Largest segment the index formats address (positions are u32).
+pub const MAX_SEGMENT_BYTES: u64 = 2 << 30;
+
+/// How much of the active segment is mapped; bytes beyond (only a single
+/// entry larger than a segment gets there) are read with `pread`.
+pub const ACTIVE_MAP_LEN: u64 = MAX_SEGMENT_BYTES;
+
+impl ActiveBody {
+    pub fn new(
+        file: Arc<File>,
+        path: &Path,
+        index: Arc<RwLock<SparseIndex>>,
+    ) -> Result<ActiveBody> {
+        // SAFETY: see `data`: the mapping is only read below the published
+        // length, and the file is only replaced (never shrunk) under it.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .len(ACTIVE_MAP_LEN as usize)
+                .map(&*file)
+        }
+        .map_err(|e| WalError::io("map active segment", path, e))?;
+        Ok(ActiveBody {
+            file,
+            data: Bytes::from_owner(map),
+            index,
+        })
+    }
+}
 
 #[derive(Debug)]
 pub struct SealedView {

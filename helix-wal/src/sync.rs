@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use crate::error::{Result, WalError};
 use crate::fault::{self, Point};
-use crate::reader::Shared;
+use crate::shared::Shared;
 use crate::types::RaftPosition;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
