@@ -8,8 +8,8 @@ its own layer or any layer below, never from one above:
   1 Kafka front end   kafka
   2 node services     admin, broker, topics, group, controller, rejoin, scrubber
   3 cluster view      cluster
-  4 replica host      replica, transport
-  5 partition replica partition, batcher
+  4 replica host      host, transport
+  5 partition replica replica, batcher
   6 shared leaves     clock, budget, config, error, ids, metrics, heap
 
 Prints (1) every import from a file of one folder into a file of a higher
@@ -40,8 +40,8 @@ LAYERS = [
     ("Kafka front end", ["kafka"]),
     ("node services", ["admin", "broker", "topics", "group", "controller", "rejoin", "scrubber"]),
     ("cluster view", ["cluster"]),
-    ("replica host", ["replica", "transport"]),
-    ("partition replica", ["partition", "batcher"]),
+    ("replica host", ["host", "transport"]),
+    ("partition replica", ["replica", "batcher"]),
     ("shared leaves", ["clock", "budget", "config", "error", "ids", "metrics", "heap"]),
 ]
 RANK = {m: i for i, (_, ms) in enumerate(LAYERS) for m in ms}

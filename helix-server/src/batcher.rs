@@ -153,7 +153,7 @@ impl Batcher {
 mod tests {
     use super::*;
     use crate::budget::Backpressure;
-    use crate::partition::batch::{tests::make_batch, validate};
+    use crate::replica::batch::{tests::make_batch, validate};
 
     fn pending(bp: &Backpressure, size_hint: &[u8]) -> PendingProduce {
         let b = make_batch(&[size_hint], -1, -1, 0);

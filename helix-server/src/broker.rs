@@ -20,8 +20,8 @@ use crate::controller::producer_ids::ProducerIds;
 use crate::controller::service::Controller;
 use crate::controller::{TopicRecord, applier};
 use crate::error::{HelixError, Result};
-use crate::partition::raft::RaftSettings;
-use crate::replica::{HostSettings, ReplicaHost};
+use crate::host::{HostSettings, ReplicaHost};
+use crate::replica::raft::RaftSettings;
 use crate::topics::{LogShared, ReplicaFactory, Topic, TopicTable};
 use crate::transport::{Transport, TransportConfig};
 
@@ -238,7 +238,7 @@ impl Broker {
     pub async fn close_all(&self) {
         self.topics.close_all().await;
         self.groups.close().await;
-        crate::partition::close_all(std::slice::from_ref(self.controller.partition())).await;
+        crate::replica::close_all(std::slice::from_ref(self.controller.partition())).await;
         let host = self.host.clone();
         let _ = tokio::task::spawn_blocking(move || host.stop()).await;
         if let Some(t) = &self.transport {
@@ -281,7 +281,7 @@ async fn open_controller(
     let members = cluster.member_ids();
     let settings = factory.settings(GroupId(0), members.clone(), log);
     let recovered =
-        tokio::task::block_in_place(|| crate::partition::recover(&dir, "controller", 0, settings))?;
+        tokio::task::block_in_place(|| crate::replica::recover(&dir, "controller", 0, settings))?;
     let partition = factory.host.install(recovered).await?;
     tokio::task::block_in_place(|| {
         applier::open(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::broker::Broker;
 use crate::error::HelixError;
-use crate::partition::batch;
+use crate::replica::batch;
 
 /// Bytes read per step.
 const CHUNK: usize = 1 << 20;

@@ -18,9 +18,9 @@ use crate::controller::TopicRecord;
 use crate::controller::applier::ViewFollower;
 use crate::controller::topic_config::EffectiveConfig;
 use crate::error::{HelixError, Result};
-use crate::partition::raft::{GroupSpec, RaftSettings};
-use crate::partition::{Partition, PartitionSettings, Recovered};
-use crate::replica::ReplicaHost;
+use crate::host::ReplicaHost;
+use crate::replica::raft::{GroupSpec, RaftSettings};
+use crate::replica::{Partition, PartitionSettings, Recovered};
 
 /// One partition of a topic.
 #[derive(Debug, Clone)]
@@ -225,7 +225,7 @@ impl ReplicaFactory {
                                     let fresh = !dir.join("wal").exists();
                                     let leads =
                                         settings.spec.voters.first() == Some(&settings.spec.node);
-                                    let recovered = match crate::partition::recover(
+                                    let recovered = match crate::replica::recover(
                                         dir,
                                         topic,
                                         *index,
@@ -434,7 +434,7 @@ impl TopicTable {
         }
         let local: Vec<Arc<Partition>> = topic.local_replicas().cloned().collect();
         // Stop the replicas before their files go.
-        crate::partition::close_all(&local).await;
+        crate::replica::close_all(&local).await;
         let dir = self.topic_dir(&topic.id);
         if dir.exists()
             && let Err(e) = std::fs::remove_dir_all(&dir)
@@ -462,7 +462,7 @@ impl TopicTable {
 
     /// Shutdown: every replica flushes and closes its log.
     pub async fn close_all(&self) {
-        crate::partition::close_all(&self.local_replicas()).await;
+        crate::replica::close_all(&self.local_replicas()).await;
     }
 }
 

@@ -10,7 +10,7 @@ use helix_raft::Role;
 
 use super::ClusterState;
 use super::leaders::{self, Report};
-use crate::replica::{Lane, Outbox, ReplicaHost};
+use crate::host::{Lane, Outbox, ReplicaHost};
 
 /// How often the full report goes out even when nothing changed.
 const FULL_EVERY: Duration = Duration::from_millis(500);

@@ -12,7 +12,7 @@ use super::peers::{BoxFuture, PeerLink};
 use crate::broker::Broker;
 use crate::config::{Config, Members, NodeSpec};
 use crate::error::{HelixError, Result};
-use crate::replica::Lane;
+use crate::host::Lane;
 
 /// The in-memory network: every broker by node id; links can be cut.
 #[derive(Default)]
@@ -209,11 +209,11 @@ pub(super) fn leader_of(on: &Broker, topic: &str, p: i32) -> Option<u64> {
 
 /// Produces `values` as one batch (acks=all) to partition `p` on `b`.
 pub(super) async fn produce(b: &Broker, topic: &str, p: i32, values: &[&[u8]]) -> Result<i64> {
-    let batch = crate::partition::batch::tests::make_batch(values, -1, -1, 1000);
+    let batch = crate::replica::batch::tests::make_batch(values, -1, -1, 1000);
     let t = b.topic(topic).ok_or(HelixError::UnknownTopicOrPartition)?;
     let part = t.local(p)?.clone();
     part.check_leader(-1)?;
-    let batches: Vec<Bytes> = crate::partition::batch::validate(&batch, i32::MAX, None)?
+    let batches: Vec<Bytes> = crate::replica::batch::validate(&batch, i32::MAX, None)?
         .into_iter()
         .map(|v| v.bytes)
         .collect();

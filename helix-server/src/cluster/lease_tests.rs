@@ -18,7 +18,7 @@ const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 
 /// A Produce request of `version` for partition 0 of `topic`.
 fn produce_request(topic: &str) -> ProduceRequest {
-    let batch = crate::partition::batch::tests::make_batch(&[b"v"], -1, -1, 1000);
+    let batch = crate::replica::batch::tests::make_batch(&[b"v"], -1, -1, 1000);
     ProduceRequest::default()
         .with_acks(-1)
         .with_timeout_ms(5000)

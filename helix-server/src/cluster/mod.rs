@@ -26,7 +26,7 @@ use helix_raft::{GroupId, NodeId, Role, Term};
 
 use crate::config::Config;
 use crate::error::{HelixError, Result};
-use crate::partition::Partition;
+use crate::replica::Partition;
 use leaders::LeaderTable;
 
 /// A member of the cluster and where clients reach it.

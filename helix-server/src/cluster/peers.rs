@@ -21,7 +21,7 @@ use helix_raft::NodeId;
 use super::ClusterState;
 use super::leaders::{self, PAYLOAD_LEADERS};
 use crate::error::{HelixError, Result};
-use crate::replica::{Outbox, PAYLOAD_RAFT, ReplicaHost};
+use crate::host::{Outbox, PAYLOAD_RAFT, ReplicaHost};
 use crate::transport::{CallFuture, Inbound, Lane, Transport};
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;

@@ -150,7 +150,7 @@ async fn an_isolated_leader_stops_acknowledging_the_majority_carries_on_and_it_r
         .clone();
     for (offset, k) in acked {
         let bytes = part.read(offset, 1).expect("read");
-        let h = crate::partition::batch::parse_header(&bytes).expect("batch");
+        let h = crate::replica::batch::parse_header(&bytes).expect("batch");
         assert_eq!(h.base_offset, offset);
         assert!(
             bytes.windows(50).any(|w| w == [k; 50]),

@@ -22,7 +22,7 @@ use super::service::{AppliedView, Controller, Forwarder};
 use super::{Command, ControllerView, TopicRecord};
 use crate::budget::Backpressure;
 use crate::error::{HelixError, Result};
-use crate::partition::{Partition, internal};
+use crate::replica::{Partition, internal};
 
 const CHECKPOINT_FILE: &str = "applied-offset";
 

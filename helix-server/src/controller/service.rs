@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::{Command, ControllerView, Outcome};
 use crate::budget::Backpressure;
 use crate::error::{HelixError, Result};
-use crate::partition::{Partition, internal};
+use crate::replica::{Partition, internal};
 
 /// How long a command may take, forwarding and retries included.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(15);

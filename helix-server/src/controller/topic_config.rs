@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::config::Config;
 use crate::error::{HelixError, Result};
-use crate::partition::recompress::TopicCompression;
+use crate::replica::recompress::TopicCompression;
 
 /// Where a config value comes from (Kafka's DescribeConfigs `config_source`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

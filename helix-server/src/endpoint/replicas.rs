@@ -10,7 +10,7 @@ use prometheus_client::registry::Unit;
 
 use super::families::{Families, Labels, flag};
 use crate::broker::Broker;
-use crate::partition::Partition;
+use crate::replica::Partition;
 
 /// Topic name and partition index of every replica group this node knows;
 /// the controller's group 0 is `__cluster_metadata-0`, as in KRaft.

@@ -32,7 +32,7 @@ use crate::clock::now_ms_unsigned;
 use crate::cluster::ClusterState;
 use crate::controller::placement;
 use crate::error::{HelixError, Result};
-use crate::partition::{Partition, internal};
+use crate::replica::{Partition, internal};
 use crate::topics::{Opened, ReplicaFactory, Topic, TopicPartition};
 
 /// Kafka's name of the internal topic holding group records.
@@ -314,7 +314,7 @@ impl GroupService {
             .iter()
             .filter_map(|p| p.local.clone())
             .collect();
-        crate::partition::close_all(&local).await;
+        crate::replica::close_all(&local).await;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Host> {

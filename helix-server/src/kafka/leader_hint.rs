@@ -14,7 +14,7 @@ use helix_raft::NodeId;
 use crate::broker::Broker;
 use crate::cluster::Member;
 use crate::error::HelixError;
-use crate::partition::term_epoch;
+use crate::replica::term_epoch;
 use crate::topics::Topic;
 
 /// The leader a client should go to for partition `index` of `topic`, with

@@ -16,8 +16,8 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::broker::Broker;
 use crate::error::HelixError;
-use crate::partition::Partition;
-use crate::partition::batch::{BatchHeader, first_offset_at_or_after};
+use crate::replica::Partition;
+use crate::replica::batch::{BatchHeader, first_offset_at_or_after};
 use crate::topics::replica;
 
 const LATEST: i64 = -1;

@@ -16,7 +16,7 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use super::{wire_str, wire_topic};
 use crate::broker::Broker;
 use crate::error::{HelixError, NONE, code};
-use crate::partition::term_epoch;
+use crate::replica::term_epoch;
 use crate::topics::Topic;
 use kafka_protocol::error::ResponseError;
 

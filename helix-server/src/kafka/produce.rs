@@ -31,8 +31,8 @@ use crate::config::BackpressureMode;
 use crate::controller::topic_config::EffectiveConfig;
 use crate::error::{HelixError, code};
 use crate::metrics::{Metrics, metrics};
-use crate::partition::batch;
-use crate::partition::recompress::recompress;
+use crate::replica::batch;
+use crate::replica::recompress::recompress;
 use crate::topics::{Topic, replica};
 
 /// Target of the per-request produce trace (`RUST_LOG=helix::produce=debug`):

@@ -13,7 +13,7 @@ use super::legacy::tests::one_message_set;
 use super::{dispatch, wire_str, wire_topic};
 use crate::broker::Broker;
 use crate::config::Config;
-use crate::partition::batch::tests::make_batch;
+use crate::replica::batch::tests::make_batch;
 
 async fn broker(dir: &std::path::Path) -> Arc<Broker> {
     let config = Config {

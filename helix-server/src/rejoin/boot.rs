@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::WriteDurability;
 use crate::error::Result;
-use crate::partition::learner::PAGE_CACHE_MARK;
+use crate::replica::learner::PAGE_CACHE_MARK;
 
 const BOOT_ID_FILE: &str = "boot-id";
 const CLEAN_FILE: &str = "clean-shutdown";
@@ -159,7 +159,7 @@ fn subdirs(dir: &Path) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::learner::{clear_replica_mark, replica_mark};
+    use crate::replica::learner::{clear_replica_mark, replica_mark};
 
     use WriteDurability::{Fsync, ReplicationOnly};
 

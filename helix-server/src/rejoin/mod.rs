@@ -11,7 +11,7 @@
 //!   replica of the node that holds a log rejoins as a learner, keeping its
 //!   log (its prefix is valid, only an unsynced tail may be missing).
 //!
-//! [`Standing`] holds the outcome; `partition::recover` asks it whether a
+//! [`Standing`] holds the outcome; `replica::recover` asks it whether a
 //! replica starts as a learner, and peers ask it where this node stands.
 
 pub mod boot;
@@ -31,8 +31,8 @@ use helix_wal::Durability;
 use crate::cluster::peers::{BoxFuture, CallService, PeerLink, PeerWitness};
 use crate::config::Config;
 use crate::error::Result;
-use crate::partition::learner::LearnerAtOpen;
-use crate::partition::raft::HardStateFile;
+use crate::replica::learner::LearnerAtOpen;
+use crate::replica::raft::HardStateFile;
 use formation::{Start, StatusAnswer, Witnesses};
 use identity::{Membership, NodeIdentity};
 

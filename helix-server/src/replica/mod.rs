@@ -1,361 +1,572 @@
-//! The replica host: every partition replica this node holds (topic
-//! partitions, coordinator partitions, the controller's group 0), leader or
-//! follower, driven as MultiRaft.
+//! A partition replica: its WAL (helix-wal), its Raft group (helix-raft),
+//! its batcher, and the handle the Kafka front end uses ([`Partition`]).
 //!
-//! Groups are sharded over a fixed set of shard threads (one per core by
-//! default), each owning a `helix_raft::MultiRaft` and the groups' apply
-//! state: no lock is shared on the write path and a group's inputs are
-//! handled in order by one thread. One timer ticks every shard. A shard
-//! sends its outgoing messages through the [`Outbox`] (the peer transport),
-//! one batch per destination node per round, so heartbeats between two
-//! nodes are coalesced. Fsyncs (fsync durability) run on one syncer thread
-//! shared by the shards (a group commit across every log of the node).
-//!
-//! Contract:
-//! - [`ReplicaHost::install`] takes a replica recovered by
-//!   `partition::recover` (blocking I/O, done by the caller on any thread)
-//!   and starts serving it; the returned `Arc<Partition>` is the handle the
-//!   Kafka front end uses. Closing goes through the handle
-//!   (`Partition::begin_close`), in order with its other work.
-//! - [`ReplicaHost::deliver`] takes message batches from peers (decoded).
-//! - [`ReplicaHost::campaign`] starts a new partition's election on its
-//!   preferred leader; [`ReplicaHost::peer_lost`] has the followers of a
-//!   node whose connection broke campaign at once; [`ReplicaHost::step_down`]
-//!   hands every led group over at shutdown (balancing runs in the shards).
+//! [`recover`] opens a replica from its directory (blocking file I/O, on any
+//! thread; many recover at once); the replica host then moves its Raft group
+//! and [`state::PartitionState`] into the shard thread that drives them, and
+//! runs its batcher. Connections talk to a partition only through
+//! [`Partition`]: produce requests go in through the batcher's channel;
+//! reads go straight to the WAL reader, bounded by the high watermark (the
+//! acknowledged offset) that the shard publishes, with the leadership.
 
-mod catch_up;
-mod input;
-mod isr;
-mod payload;
-mod shard;
-mod syncer;
+mod answers;
+pub mod apply;
+pub mod batch;
+pub mod entry;
+pub mod internal;
+pub mod learner;
+pub mod links;
+pub mod producers;
+pub mod raft;
+pub mod recompress;
+pub mod records;
+pub mod scan;
+pub mod state;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use helix_raft::{GroupId, MessageBatch, NodeId};
-use tokio::sync::{mpsc, oneshot};
+use helix_raft::{GroupId, HardState, NodeId, RaftGroup, Role, Term};
+use helix_wal::{LogConfig, LogReader, PartitionLog};
+use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::batcher::{Batcher, PartitionCommand, Work};
+use crate::batcher::{BatchLimits, Batcher, PartitionCommand, PendingProduce};
 use crate::error::{HelixError, Result};
-use crate::partition::links::PeerLinks;
-use crate::partition::{Partition, Recovered};
-use input::ShardInput;
-pub use shard::PAYLOAD_RAFT;
-use shard::{Shard, ShardContext};
-use syncer::Syncer;
+use raft::{GroupSpec, HardStateFile};
+use scan::MaxTimestamp;
+use state::PartitionState;
 
-pub use crate::transport::Lane;
+/// Requests queued to one partition's batcher before senders wait. The
+/// node-wide backpressure limit is what really bounds memory.
+const COMMAND_QUEUE: usize = 4096;
 
-/// Where shards send what they say to other nodes. Never blocks; a payload
-/// that cannot be queued is dropped (Raft retries).
-pub trait Outbox: Send + Sync + 'static {
-    fn send(&self, to: NodeId, lane: Lane, payload: Bytes) -> bool;
-}
-
-/// Inputs waiting for one shard before senders wait (work) or inputs are
-/// dropped (ticks, peer messages: Raft recovers from either).
-const SHARD_QUEUE: usize = 8192;
-
-/// How the host runs.
+/// How a replica is opened.
 #[derive(Debug, Clone)]
-pub struct HostSettings {
-    pub node: NodeId,
-    /// Shard threads (default: one per core).
-    pub shards: usize,
-    /// Length of a Raft tick.
-    pub tick: Duration,
-    /// The group committer every log of the node shares (fsync durability).
-    pub sync_group: helix_wal::SyncGroup,
-    /// A follower that has not caught up for this long leaves the ISR.
-    pub replica_lag: Duration,
-    /// How often led groups are handed back to their preferred leaders
-    /// (None: never).
-    pub balance_every: Option<Duration>,
+pub struct PartitionSettings {
+    pub spec: GroupSpec,
+    pub batch: BatchLimits,
+    pub log: LogConfig,
+    /// `producer.id.expiration.ms`, measured on log time (ADR 0022).
+    pub producer_id_expiration_ms: i64,
+    /// Where the node stands: whether this replica may have lost what it
+    /// reported durable and starts as a learner (ADR 0018).
+    pub standing: Arc<dyn learner::LearnerAtOpen>,
+    /// The node's peer connections: a lease ends when a majority is no
+    /// longer connected.
+    pub links: Arc<links::PeerLinks>,
 }
 
-/// The node's replicas.
-pub struct ReplicaHost {
-    node: NodeId,
-    shards: Vec<mpsc::Sender<ShardInput>>,
-    /// Per shard: a tick is queued and not yet taken.
-    ticks_pending: Vec<Arc<AtomicBool>>,
-    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
-    syncer: Syncer,
-    /// Every replica being served, by group.
-    replicas: Arc<Mutex<HashMap<GroupId, Arc<Partition>>>>,
-    /// Bumped by the shards on every leadership or ISR change.
-    changes: Arc<AtomicU64>,
-    /// Peer connections that broke, until heard from again.
-    links: Arc<PeerLinks>,
+/// The role, term and leader of a replica's group, as last published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leadership {
+    pub role: Role,
+    pub term: Term,
+    pub leader: Option<NodeId>,
+    /// A leader serves once an entry of its own term is acknowledged (its
+    /// no-op): from then on its high watermark covers everything its
+    /// predecessors acknowledged. Before, it could tell a consumer less than
+    /// was already read.
+    pub serving: bool,
 }
 
-impl std::fmt::Debug for ReplicaHost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReplicaHost")
-            .field("node", &self.node)
-            .field("shards", &self.shards.len())
-            .finish()
-    }
-}
-
-impl ReplicaHost {
-    /// Starts the shard threads and the tick timer (needs a tokio runtime).
-    pub fn start(settings: HostSettings, outbox: Arc<dyn Outbox>) -> Result<Arc<ReplicaHost>> {
-        let count = settings.shards.max(1);
-        let syncer = Syncer::start(settings.sync_group.clone())?;
-        let mut senders = Vec::with_capacity(count);
-        let mut ticks_pending = Vec::with_capacity(count);
-        let mut threads = Vec::with_capacity(count);
-        let changes = Arc::new(AtomicU64::new(0));
-        let tick_ms = settings.tick.as_millis().max(1) as u64;
-        let isr_lag_ticks = (settings.replica_lag.as_millis() as u64).div_ceil(tick_ms);
-        let balance_every = settings
-            .balance_every
-            .map(|d| (d.as_millis() as u64).div_ceil(tick_ms).max(1));
-        for i in 0..count {
-            let (tx, rx) = mpsc::channel(SHARD_QUEUE);
-            let tick_pending = Arc::new(AtomicBool::new(false));
-            let cx = ShardContext {
-                tick_pending: tick_pending.clone(),
-                node: settings.node,
-                outbox: outbox.clone(),
-                syncer: syncer.clone(),
-                isr_lag_ticks,
-                changes: changes.clone(),
-                balance_every,
-                tick: settings.tick,
-            };
-            let shard = Shard::new(i, cx, tx.clone());
-            let thread = std::thread::Builder::new()
-                .name(format!("helix-shard-{i}"))
-                .spawn(move || shard.run(rx))
-                .map_err(|e| HelixError::Config(format!("cannot start a shard thread: {e}")))?;
-            senders.push(tx);
-            ticks_pending.push(tick_pending);
-            threads.push(thread);
+impl Default for Leadership {
+    fn default() -> Self {
+        Leadership {
+            role: Role::Follower,
+            term: Term(0),
+            leader: None,
+            serving: false,
         }
-        let host = Arc::new(ReplicaHost {
-            node: settings.node,
-            shards: senders,
-            ticks_pending,
-            threads: Mutex::new(threads),
-            syncer,
-            replicas: Arc::new(Mutex::new(HashMap::new())),
-            changes,
-            links: Arc::new(PeerLinks::new(settings.node)),
-        });
-        tokio::spawn(tick(Arc::downgrade(&host), settings.tick));
-        Ok(host)
+    }
+}
+
+/// What the shard publishes for readers of a replica.
+#[derive(Debug)]
+pub struct Published {
+    /// Replaced when the log is reopened with new settings.
+    pub reader: RwLock<LogReader>,
+    /// Acknowledged end: what consumers may read, exclusive.
+    pub high_watermark: watch::Sender<i64>,
+    pub max_timestamp: Mutex<MaxTimestamp>,
+    pub leadership: watch::Sender<Leadership>,
+    /// In-sync replicas while this replica leads (empty otherwise).
+    pub isr: Mutex<Vec<NodeId>>,
+    /// Caught up with its leader (or leading), as the shard last judged
+    /// at a tick: what `/ready` asks of every replica.
+    pub caught_up: std::sync::atomic::AtomicBool,
+    /// Set when a read found stored bytes that fail their checks (ADR
+    /// 0001): the replica takes no more writes.
+    pub damaged: std::sync::OnceLock<String>,
+    /// Until when this replica leads with a majority's answers within the
+    /// lease (`RaftGroup::lease_ticks_left`, ADR 0019), on
+    /// [`lease_clock`]: 0 when not leading, `u64::MAX` for a one-voter
+    /// group. The shard sets it at every tick and message as a deadline
+    /// on the host's clock, so a lease also runs out while the shard does
+    /// not tick (a paused process, a stalled round). A leader without it
+    /// may be cut off while the others elect: it names no leader and
+    /// serves no reads or writes.
+    pub lease_until: std::sync::atomic::AtomicU64,
+}
+
+impl Published {
+    /// Publishes the lease as ending `ticks_left` ticks of `tick` from now
+    /// (0: not held; `u32::MAX`: always); true when whether it is held
+    /// changed.
+    pub fn publish_lease(&self, ticks_left: u32, tick: std::time::Duration) -> bool {
+        let now = lease_clock();
+        let until = match ticks_left {
+            0 => 0,
+            u32::MAX => u64::MAX,
+            n => {
+                let tick = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX);
+                now.saturating_add(tick.saturating_mul(u64::from(n)))
+            }
+        };
+        let before = self
+            .lease_until
+            .swap(until, std::sync::atomic::Ordering::AcqRel);
+        (before > now) != (until > now)
     }
 
-    fn shard_of(&self, group: GroupId) -> &mpsc::Sender<ShardInput> {
-        &self.shards[shard_index(group, self.shards.len())]
+    /// Whether the lease published last has not run out.
+    pub fn holds_lease(&self) -> bool {
+        lease_clock() < self.lease_until.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// The clock of leases: nanoseconds since this process first asked.
+pub fn lease_clock() -> u64 {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    u64::try_from(
+        BASE.get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos(),
+    )
+    .unwrap_or(u64::MAX)
+}
+
+/// A recovered replica, not yet handed to a shard.
+pub struct Recovered {
+    pub group: RaftGroup,
+    pub state: PartitionState,
+    pub batcher: Batcher,
+    pub partition: Arc<Partition>,
+}
+
+/// The shared handle of one partition replica.
+#[derive(Debug)]
+pub struct Partition {
+    pub index: i32,
+    pub group: GroupId,
+    /// The group's voters, preferred leader first.
+    voters: Vec<NodeId>,
+    commands: mpsc::Sender<PartitionCommand>,
+    published: Arc<Published>,
+    links: Arc<links::PeerLinks>,
+}
+
+/// Opens the replica stored in `dir` (WAL in `dir/wal`, Raft vote in
+/// `dir`): recovers the log, rebuilds the state derived from it and
+/// restores the Raft group. Blocking file I/O, no tokio.
+pub fn recover(
+    dir: &Path,
+    topic: &str,
+    index: i32,
+    settings: PartitionSettings,
+) -> Result<Recovered> {
+    std::fs::create_dir_all(dir)?;
+    let wal_dir = dir.join("wal");
+    let hard_state_file = HardStateFile::new(dir);
+    let has_state = hard_state_file.exists();
+    let mut hard_state = hard_state_file.load()?;
+    let page_cache_mark = learner::replica_mark(dir);
+    if !hard_state.learner
+        && let Some(why) = settings.standing.learner_at_open(
+            dir,
+            has_state,
+            page_cache_mark.as_deref(),
+            settings.log.durability,
+            &settings.spec.voters,
+        )
+    {
+        // Stored before anything else happens: a crash before the replica
+        // is restored leaves it a learner.
+        hard_state.learner = true;
+        hard_state_file.store(hard_state)?;
+        tracing::info!(
+            topic,
+            index,
+            group = settings.spec.group.0,
+            reason = why,
+            "replica may have lost what it reported durable: it rejoins its group as a learner (no vote, no candidacy) until the leader has restored it"
+        );
+    }
+    if page_cache_mark.is_some() {
+        // Decided, and the vote says so: the mark has done its work.
+        learner::clear_replica_mark(dir)?;
+    }
+    // Damage inside flushed data (in the active segment's checkpointed
+    // range, or a sealed segment that does not hold what its metadata
+    // claims) is refused, never cut (ADR 0001).
+    let rejoin = |damage, hard_state: &mut HardState| {
+        learner::rejoin(
+            dir,
+            topic,
+            index,
+            &settings,
+            damage,
+            &hard_state_file,
+            hard_state,
+        )
+    };
+    let opened = match learner::marked(dir) {
+        Some(found_on_read) if settings.spec.voters.len() > 1 => Err(found_on_read),
+        _ => PartitionLog::open(&wal_dir, settings.log.clone()),
+    };
+    let (log, recovery) = match opened {
+        Ok((log, recovery)) => match recovery.damaged.first() {
+            None => (log, recovery),
+            Some(d) => {
+                let damage = helix_wal::WalError::Corrupt {
+                    file: d.file.clone(),
+                    position: d.position,
+                    reason: d.reason.clone(),
+                };
+                drop(log);
+                rejoin(damage, &mut hard_state)?
+            }
+        },
+        Err(damage @ helix_wal::WalError::Corrupt { .. }) => rejoin(damage, &mut hard_state)?,
+        Err(e) => return Err(e.into()),
+    };
+    let snapshot = scan::Snapshot::load(dir);
+    let acknowledged_hint = snapshot.as_ref().map_or(0, |s| s.acknowledged_offset);
+    let snapshot = snapshot.and_then(|s| s.describes(&log));
+    let (mut producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;
+    producers.set_expiration(settings.producer_id_expiration_ms);
+    let group = raft::restore_group(&settings.spec, hard_state, &log)?;
+    // What consumers may read until the group acknowledges more: for one
+    // voter its whole WAL (its own durable log is a majority); otherwise
+    // what was known acknowledged when the last snapshot was taken.
+    let high_watermark = if settings.spec.voters.len() == 1 {
+        recovery.next_offset
+    } else {
+        acknowledged_hint.clamp(recovery.log_start_offset, recovery.next_offset)
+    };
+    if recovery.next_offset > 0 || recovery.scanned_bytes > 0 {
+        let last = recovery.last_position.unwrap_or_default();
+        tracing::info!(
+            topic,
+            index,
+            group = settings.spec.group.0,
+            term = group.term().0,
+            last_term = last.term,
+            last_index = last.index,
+            next_offset = recovery.next_offset,
+            log_start_offset = recovery.log_start_offset,
+            high_watermark,
+            reverified_bytes = recovery.scanned_bytes,
+            "replica recovered"
+        );
+    }
+    let published = Arc::new(Published {
+        reader: RwLock::new(log.reader()),
+        high_watermark: watch::channel(high_watermark).0,
+        max_timestamp: Mutex::new(max_ts),
+        leadership: watch::channel(Leadership::default()).0,
+        isr: Mutex::new(Vec::new()),
+        caught_up: std::sync::atomic::AtomicBool::new(false),
+        damaged: std::sync::OnceLock::new(),
+        lease_until: std::sync::atomic::AtomicU64::new(0),
+    });
+    let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+    let state = PartitionState::new(
+        dir.to_path_buf(),
+        log,
+        hard_state_file,
+        producers,
+        published.clone(),
+    );
+    Ok(Recovered {
+        group,
+        state,
+        batcher: Batcher::new(rx, settings.batch),
+        partition: Arc::new(Partition {
+            index,
+            group: settings.spec.group,
+            voters: settings.spec.voters.clone(),
+            commands: tx,
+            published,
+            links: settings.links.clone(),
+        }),
+    })
+}
+
+impl Partition {
+    /// Queues a validated produce request.
+    pub async fn produce(&self, p: PendingProduce) -> Result<()> {
+        if let Some(why) = self.published.damaged.get() {
+            return Err(HelixError::DamagedReplica(why.clone()));
+        }
+        self.commands
+            .send(PartitionCommand::Produce(p))
+            .await
+            .map_err(|_| HelixError::ShuttingDown)
     }
 
-    /// Starts serving a recovered replica; returns its handle.
-    pub async fn install(&self, recovered: Recovered) -> Result<Arc<Partition>> {
-        let Recovered {
-            group,
-            state,
-            batcher,
-            partition,
-        } = recovered;
-        let id = partition.group;
-        let shard = self.shard_of(id).clone();
-        let (reply, installed) = oneshot::channel();
-        shard
-            .send(ShardInput::Install {
-                group: Box::new(group),
-                state: Box::new(state),
-                published: partition.published(),
-                reply,
-            })
+    /// Moves the log start offset to `before` (DeleteRecords).
+    pub async fn delete_records(&self, before: i64) -> Result<i64> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(PartitionCommand::DeleteRecords { before, reply })
             .await
             .map_err(|_| HelixError::ShuttingDown)?;
-        installed.await.map_err(|_| HelixError::ShuttingDown)??;
-        self.lock_replicas().insert(id, partition.clone());
-        let registry = Arc::downgrade(&self.replicas);
-        tokio::spawn(async move {
-            forward(batcher, id, shard).await;
-            if let Some(r) = registry.upgrade() {
-                r.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-            }
-        });
-        Ok(partition)
+        rx.await.map_err(|_| HelixError::ShuttingDown)?
     }
 
-    /// Every replica this node serves.
-    pub fn replicas(&self) -> Vec<Arc<Partition>> {
-        self.lock_replicas().values().cloned().collect()
+    /// Asks the replica to apply retention (fire and forget).
+    pub fn retention(&self, now_ms: i64) {
+        let _ = self
+            .commands
+            .try_send(PartitionCommand::Retention { now_ms });
     }
 
-    /// The Raft status of every group this node holds. A shard that does
-    /// not answer within `within` (a long round) is left out.
-    pub async fn observe(&self, within: Duration) -> Vec<(GroupId, helix_raft::Status)> {
-        let mut asked = Vec::with_capacity(self.shards.len());
-        for s in &self.shards {
-            let (reply, answer) = oneshot::channel();
-            if s.try_send(ShardInput::Observe(reply)).is_ok() {
-                asked.push(answer);
-            }
+    /// Asks the replica to stop after what is queued before this call,
+    /// flushing and closing the log; the receiver fires once it has. Lets a
+    /// caller close many partitions at once.
+    pub async fn begin_close(&self) -> Option<oneshot::Receiver<()>> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(PartitionCommand::Close { reply })
+            .await
+            .ok()?;
+        Some(rx)
+    }
+
+    /// The acknowledged end: what consumers may read, exclusive.
+    pub fn high_watermark(&self) -> i64 {
+        *self.published.high_watermark.borrow()
+    }
+
+    /// A receiver that changes whenever the high watermark moves.
+    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
+        self.published.high_watermark.subscribe()
+    }
+
+    /// The role, term and leader last published.
+    pub fn leadership(&self) -> Leadership {
+        *self.published.leadership.borrow()
+    }
+
+    /// Whether this replica leads and holds its lease: a majority of its
+    /// group answered within the lease, so it is not cut off (ADR 0019),
+    /// and a majority is still connected (the transport's report of a
+    /// broken connection counts before the shard has processed it). Only
+    /// then does this node name itself leader or serve as one.
+    pub fn holds_lease(&self) -> bool {
+        self.published.holds_lease() && self.links.reach_majority(&self.voters)
+    }
+
+    /// What the shard publishes for this replica (it keeps the lease
+    /// current).
+    pub(crate) fn published(&self) -> Arc<Published> {
+        self.published.clone()
+    }
+
+    /// A receiver that changes whenever role, term or leader change.
+    pub fn watch_leadership(&self) -> watch::Receiver<Leadership> {
+        self.published.leadership.subscribe()
+    }
+
+    /// Caught up with its leader, or leading (`/ready`).
+    pub fn caught_up(&self) -> bool {
+        self.published
+            .caught_up
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Bytes of the log's segment files.
+    pub fn size_bytes(&self) -> u64 {
+        self.reader().size_bytes()
+    }
+
+    /// The in-sync replicas, leader first, while this replica leads.
+    pub fn isr(&self) -> Vec<NodeId> {
+        self.published
+            .isr
+            .lock()
+            .map(|i| i.clone())
+            .unwrap_or_default()
+    }
+
+    /// Serves reads and writes only as the leader, and only while it holds
+    /// its lease (a leader cut off from its majority refuses at once, not
+    /// after check-quorum steps it down); `current_leader_epoch` (KIP-320,
+    /// -1 when the client sends none) is checked against the leader epoch
+    /// as Kafka does.
+    pub fn check_leader(&self, current_leader_epoch: i32) -> Result<()> {
+        let l = self.leadership();
+        if l.role != Role::Leader || !l.serving || !self.holds_lease() {
+            return Err(HelixError::NotLeader);
         }
-        let mut out = Vec::new();
-        let deadline = tokio::time::Instant::now() + within;
-        for answer in asked {
-            if let Ok(Ok(groups)) = tokio::time::timeout_at(deadline, answer).await {
-                out.extend(groups);
-            }
+        let epoch = term_epoch(l.term);
+        match current_leader_epoch {
+            -1 => Ok(()),
+            e if e < epoch => Err(HelixError::FencedLeaderEpoch),
+            e if e > epoch => Err(HelixError::UnknownLeaderEpoch),
+            _ => Ok(()),
         }
-        out
     }
 
-    /// A counter that moves whenever a replica's leadership or ISR changes.
-    pub fn leadership_changes(&self) -> u64 {
-        self.changes.load(Ordering::Relaxed)
+    /// Whether a produce request may be queued here: at the leader holding
+    /// its lease, whether or not it can decide yet (until it can, its
+    /// replica holds what it is sent, in order: `state/propose.rs`, ADR
+    /// 0024). Unlike [`Partition::check_leader`] it does not wait for the
+    /// leader's no-op: refusing a request and accepting the next is a
+    /// sequence gap to an idempotent producer.
+    pub fn check_writable(&self) -> Result<()> {
+        if self.leadership().role == Role::Leader && self.holds_lease() {
+            Ok(())
+        } else {
+            Err(HelixError::NotLeader)
+        }
     }
 
-    fn lock_replicas(&self) -> std::sync::MutexGuard<'_, HashMap<GroupId, Arc<Partition>>> {
-        self.replicas.lock().unwrap_or_else(|p| p.into_inner())
+    /// The group's voters (its replicas), preferred leader first.
+    pub fn voters(&self) -> &[NodeId] {
+        &self.voters
     }
 
-    /// Message batches from a peer: split by shard and queued. Dropped when a
-    /// shard's queue is full (Raft resends).
-    pub fn deliver(&self, batch: MessageBatch) {
-        if batch.to != self.node {
-            tracing::warn!(
-                to = batch.to.0,
-                "a peer sent messages meant for another node"
+    /// The current leader epoch (= Raft term).
+    pub fn leader_epoch(&self) -> i32 {
+        term_epoch(self.leadership().term)
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.reader().log_start_offset()
+    }
+
+    /// The end of this replica's WAL (Kafka's log end offset).
+    pub fn log_end_offset(&self) -> i64 {
+        self.reader().next_offset()
+    }
+
+    /// (base offset, timestamp) of the batch with the largest timestamp.
+    pub fn max_timestamp(&self) -> MaxTimestamp {
+        self.published.max_timestamp.lock().ok().and_then(|m| *m)
+    }
+
+    /// Whole batches from `from`, at most `max_bytes` (at least one batch),
+    /// never past the high watermark. The bytes are the WAL's own slices.
+    /// Between the high watermark and the log end the answer is empty, not
+    /// out of range: a new leader may not have learned yet what its
+    /// predecessor acknowledged (Kafka answers the same way).
+    pub fn read(&self, from: i64, max_bytes: usize) -> Result<Bytes> {
+        self.read_with(from, max_bytes, LogReader::read)
+    }
+
+    /// [`Partition::read`] through `wal_read` (the WAL's read, or the
+    /// scrubber's re-verifying one).
+    fn read_with(
+        &self,
+        from: i64,
+        max_bytes: usize,
+        wal_read: fn(&LogReader, i64, usize) -> helix_wal::Result<helix_wal::ReadResult>,
+    ) -> Result<Bytes> {
+        let hw = self.high_watermark();
+        let reader = self.reader();
+        if from < reader.log_start_offset() || from > hw.max(reader.next_offset()) {
+            return Err(HelixError::OffsetOutOfRange);
+        }
+        if from >= hw {
+            return Ok(Bytes::new());
+        }
+        let read = wal_read(&reader, from, max_bytes).map_err(|e| self.found(e))?;
+        if read.next_offset <= hw {
+            return Ok(read.bytes);
+        }
+        // The read reached applied but unacknowledged batches: cut them off
+        // at a batch boundary (a slice, no copy).
+        let mut end = 0usize;
+        while end < read.bytes.len() {
+            let h = batch::parse_header(&read.bytes[end..])?;
+            if h.base_offset >= hw {
+                break;
+            }
+            end += h.total_len();
+        }
+        Ok(read.bytes.slice(..end))
+    }
+
+    /// A read failed: if its bytes are damaged, the replica stops taking
+    /// writes (acknowledging past damage would hand out offsets no one can
+    /// read), says so once, and counts it.
+    fn found(&self, e: helix_wal::WalError) -> HelixError {
+        if let helix_wal::WalError::Corrupt {
+            file,
+            position,
+            reason,
+        } = &e
+            && self.published.damaged.set(e.to_string()).is_ok()
+        {
+            crate::metrics::Metrics::count(&crate::metrics::metrics().counters.damaged_replicas, 1);
+            tracing::error!(
+                group = self.group.0,
+                partition = self.index,
+                file = %file.display(),
+                position,
+                %reason,
+                "damaged data found on read: this replica takes no more writes; reads before the damage are still served"
             );
-            return;
         }
-        let mut per_shard: Vec<Vec<helix_raft::Message>> = vec![Vec::new(); self.shards.len()];
-        for m in batch.messages {
-            per_shard[shard_index(m.group, self.shards.len())].push(m);
-        }
-        for (shard, messages) in self.shards.iter().zip(per_shard) {
-            if messages.is_empty() {
-                continue;
-            }
-            let part = MessageBatch {
-                from: batch.from,
-                to: batch.to,
-                messages,
-            };
-            if shard.try_send(ShardInput::Peer(part)).is_err() {
-                crate::metrics::Metrics::count(&crate::metrics::metrics().counters.peer_drops, 1);
-            }
+        e.into()
+    }
+
+    /// Whether a read found damaged data (the replica takes no writes).
+    pub fn damaged(&self) -> Option<&str> {
+        self.published.damaged.get().map(String::as_str)
+    }
+
+    /// The scrubber's read: [`Partition::read`] with every batch's CRC
+    /// checked again on the stored bytes, even where this process verified
+    /// them before. Damage is recorded as on any read (the replica takes no
+    /// more writes; in a cluster it stands down).
+    pub fn scrub(&self, from: i64, max_bytes: usize) -> Result<Bytes> {
+        self.read_with(from, max_bytes, LogReader::reverify)
+    }
+
+    /// The current reader handle (cheap: a clone of an `Arc`).
+    pub fn reader(&self) -> LogReader {
+        match self.published.reader.read() {
+            Ok(r) => r.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
-    /// The connection to `node` broke: groups following it campaign soon
-    /// (`helix_raft::RaftGroup::peer_lost`) instead of after an election
-    /// timeout. Dropped when a shard's queue is full (the timeout remains).
-    pub fn peer_lost(&self, node: NodeId) {
-        // The transport marked it lost in `links` before it told this
-        // host: leases count from then, before any shard hears of it.
-        tracing::info!(
-            peer = node.0,
-            "peer connection lost; its groups' followers campaign soon"
-        );
-        crate::metrics::Metrics::count(&crate::metrics::metrics().counters.peer_losses, 1);
-        for s in &self.shards {
-            let _ = s.try_send(ShardInput::PeerLost(node));
-        }
-    }
-
-    /// The node's peer connections, as every replica it opens sees them.
-    pub fn links(&self) -> Arc<PeerLinks> {
-        self.links.clone()
-    }
-
-    /// Starts an election for `group` now (a new partition's preferred leader).
-    pub fn campaign(&self, group: GroupId) {
-        let _ = self.shard_of(group).try_send(ShardInput::Campaign(group));
-    }
-
-    /// Graceful shutdown, first step: hands every group this node leads to
-    /// a follower, and waits (at most `within`) until it leads none.
-    pub async fn step_down(&self, within: Duration) {
-        for s in &self.shards {
-            let _ = s.send(ShardInput::StepDownAll).await;
-        }
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let leading = self
-                .replicas()
-                .iter()
-                .filter(|p| p.leadership().role == helix_raft::Role::Leader)
-                .filter(|p| p.voters().len() > 1)
-                .count();
-            if leading == 0 {
-                return;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                tracing::warn!(leading, "still leading some groups at shutdown");
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Stops the shard threads (every partition closed first by the caller).
-    pub fn stop(&self) {
-        for s in &self.shards {
-            let _ = s.try_send(ShardInput::Stop);
-        }
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
-        for t in threads {
-            let _ = t.join();
-        }
-        self.syncer.stop();
+    /// New retention / segment settings for the log (reopened in order
+    /// with the partition's other work).
+    pub async fn reconfigure(&self, log: LogConfig) {
+        let _ = self
+            .commands
+            .send(PartitionCommand::Reconfigure { log })
+            .await;
     }
 }
 
-/// The shard of a group. Group ids of topic partitions are random in their
-/// high bits and sequential in the low ones: mixed before the remainder.
-fn shard_index(group: GroupId, shards: usize) -> usize {
-    let mixed = group.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-    (mixed % shards as u64) as usize
+/// A Raft term as a Kafka leader epoch.
+pub fn term_epoch(term: Term) -> i32 {
+    i32::try_from(term.0).unwrap_or(i32::MAX)
 }
 
-/// Moves a partition's batches (and its control commands, in order) from its
-/// batcher to its shard, until the partition closes.
-async fn forward(mut batcher: Batcher, group: GroupId, shard: mpsc::Sender<ShardInput>) {
-    while let Some(work) = batcher.next().await {
-        let closing = matches!(work, Work::Control(PartitionCommand::Close { .. }));
-        if shard.send(ShardInput::Work(group, work)).await.is_err() || closing {
-            return;
-        }
+/// Closes partitions concurrently: every close is asked for first, then
+/// awaited.
+pub async fn close_all(partitions: &[Arc<Partition>]) {
+    let mut closing = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        closing.extend(p.begin_close().await);
     }
-}
-
-/// One timer for every shard. A shard gets at most one tick queued: a
-/// tick that finds the last one not yet taken (or the queue full) is
-/// skipped. A shard that fell behind its queue for a second must not then
-/// take twenty ticks in a row ahead of the heartbeats queued behind them:
-/// every follower it holds would time out at once and start an election
-/// (seen under load: dozens of elections after each busy second). Time
-/// running slow for a busy shard only delays its elections.
-async fn tick(host: std::sync::Weak<ReplicaHost>, every: Duration) {
-    let mut interval = tokio::time::interval(every);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        interval.tick().await;
-        let Some(host) = host.upgrade() else { return };
-        for (s, pending) in host.shards.iter().zip(&host.ticks_pending) {
-            if pending.swap(true, Ordering::AcqRel) {
-                continue;
-            }
-            if s.try_send(ShardInput::Tick).is_err() {
-                pending.store(false, Ordering::Release);
-                if s.is_closed() {
-                    return;
-                }
-            }
-        }
+    for closed in closing {
+        let _ = closed.await;
     }
 }

@@ -34,7 +34,7 @@ use tokio::sync::watch;
 
 use client::LaneQueue;
 
-use crate::partition::links::PeerLinks;
+use crate::replica::links::PeerLinks;
 
 /// The three kinds of peer traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

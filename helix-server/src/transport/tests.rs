@@ -86,7 +86,7 @@ async fn start_transport(
     config: TransportConfig,
     inbound: Arc<dyn Inbound>,
 ) -> Result<Transport, TransportError> {
-    let links = Arc::new(crate::partition::links::PeerLinks::new(helix_raft::NodeId(
+    let links = Arc::new(crate::replica::links::PeerLinks::new(helix_raft::NodeId(
         config.node,
     )));
     Transport::start(config, inbound, links).await

@@ -21,7 +21,7 @@ use kafka_protocol::records::legacy::{LegacyEncodeOptions, LegacyMessage, encode
 use kafka_protocol::records::{Compression, RecordBatchDecoder, TimestampType};
 
 use crate::error::{HelixError, Result};
-use crate::partition::batch::parse_header;
+use crate::replica::batch::parse_header;
 
 /// The highest Fetch version whose readers need a down-conversion.
 pub const LAST_CONVERTING_FETCH: i16 = 3;

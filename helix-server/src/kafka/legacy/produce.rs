@@ -21,7 +21,7 @@ use kafka_protocol::records::{
 
 use super::MAX_INFLATED_SET;
 use crate::error::{HelixError, Result};
-use crate::partition::recompress::{TopicCompression, recompress};
+use crate::replica::recompress::{TopicCompression, recompress};
 
 /// The magic of the v2 record batch format.
 const MAGIC_V2: i8 = 2;

@@ -13,8 +13,8 @@ use kafka_protocol::records::{
 use super::fetch::{down_convert, reader_magic};
 use super::produce::{is_legacy, to_v2_batch};
 use crate::error::HelixError;
-use crate::partition::batch::{self, parse_header};
-use crate::partition::recompress::{TopicCompression, recompress};
+use crate::replica::batch::{self, parse_header};
+use crate::replica::recompress::{TopicCompression, recompress};
 
 const MAX: usize = 1 << 20;
 

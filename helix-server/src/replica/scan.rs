@@ -146,9 +146,9 @@ pub fn rebuild(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::batch::BatchHeader;
-    use crate::partition::batch::tests::make_batch;
-    use crate::partition::producers::SequenceCheck;
+    use crate::replica::batch::BatchHeader;
+    use crate::replica::batch::tests::make_batch;
+    use crate::replica::producers::SequenceCheck;
     use helix_wal::{LogConfig, PartitionLog, RaftPosition};
 
     fn append(log: &mut PartitionLog, index: u64, seq: i32, ts: i64) -> BatchHeader {

@@ -201,7 +201,7 @@ impl Read for SnappyReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::batch::tests::make_batch;
+    use crate::replica::batch::tests::make_batch;
     use std::io::Write;
 
     /// Re-packs an uncompressed test batch's records with `codec`.

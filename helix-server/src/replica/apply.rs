@@ -59,7 +59,7 @@ pub fn apply_produce(
         start = end;
     }
     // `check`: the leader verified every batch's CRC-32C before proposing
-    // (`partition::batch::validate`) and patching baseOffset and
+    // (`replica::batch::validate`) and patching baseOffset and
     // partitionLeaderEpoch leaves the CRC-covered bytes alone, so it checks
     // only structure here; entries that came over the network are verified
     // in full. Recovery always verifies CRCs.
@@ -72,9 +72,9 @@ pub fn apply_produce(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::batch::tests::make_batch;
-    use crate::partition::entry::{PartitionEntry, decode, encode_produce};
-    use crate::partition::producers::SequenceCheck;
+    use crate::replica::batch::tests::make_batch;
+    use crate::replica::entry::{PartitionEntry, decode, encode_produce};
+    use crate::replica::producers::SequenceCheck;
     use helix_wal::LogConfig;
 
     fn entry(reqs: &[Vec<Bytes>]) -> (Vec<u32>, Bytes) {
@@ -189,8 +189,7 @@ mod tests {
             log.delete_records_before(30).expect("delete");
         }
         let (rebuilt, _) =
-            crate::partition::scan::rebuild(&lost.reader(), lost.next_offset(), None)
-                .expect("scan");
+            crate::replica::scan::rebuild(&lost.reader(), lost.next_offset(), None).expect("scan");
         lost_state = rebuilt;
         let next = make_batch(&[b"v30", b"v31"], p, 30, 2_000);
         let h = helix_wal::BatchHeader::parse(&next).expect("header");

@@ -1,5 +1,5 @@
 use super::*;
-use crate::partition::batch::tests::make_batch;
+use crate::replica::batch::tests::make_batch;
 
 fn header(pid: i64, epoch: i16, seq: i32, count: i32) -> BatchHeader {
     BatchHeader {

@@ -26,9 +26,9 @@ use super::PartitionState;
 use crate::batcher::PendingProduce;
 use crate::error::HelixError;
 use crate::metrics::{Metrics, Stage, metrics};
-use crate::partition::answers::{Waiter, copy_error};
-use crate::partition::entry;
-use crate::partition::producers::Decision;
+use crate::replica::answers::{Waiter, copy_error};
+use crate::replica::entry;
+use crate::replica::producers::Decision;
 
 /// What a replica may do with produce requests now.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 use super::*;
-use crate::partition::batch::tests::make_batch;
-use crate::partition::records::walk;
+use crate::replica::batch::tests::make_batch;
+use crate::replica::records::walk;
 
 #[test]
 fn every_codec_round_trips_keeping_the_header_fields() {

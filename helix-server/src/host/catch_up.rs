@@ -10,8 +10,8 @@ use bytes::Bytes;
 use helix_raft::{CatchUpRequest, Entry, EntryKind, GroupId, LogIndex, MultiRaft, NodeId, Term};
 use helix_wal::EntryStream;
 
-use crate::partition::entry;
-use crate::partition::state::PartitionState;
+use crate::replica::entry;
+use crate::replica::state::PartitionState;
 
 /// Bytes of WAL entries fed to Raft at once (at least one entry).
 const CHUNK_BYTES: usize = 1 << 20;
@@ -179,7 +179,7 @@ fn split_batches(batches: &Bytes) -> crate::error::Result<Vec<Bytes>> {
     let mut out = Vec::new();
     let mut at = 0usize;
     while at < batches.len() {
-        let len = crate::partition::batch::parse_header(&batches[at..])?.total_len();
+        let len = crate::replica::batch::parse_header(&batches[at..])?.total_len();
         if len == 0 || at + len > batches.len() {
             return Err(crate::error::HelixError::CorruptState(format!(
                 "a stored batch at byte {at} runs past its entry"
@@ -194,10 +194,10 @@ fn split_batches(batches: &Bytes) -> crate::error::Result<Vec<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::apply::apply_produce;
-    use crate::partition::batch::tests::make_batch;
-    use crate::partition::entry::{PartitionEntry, decode};
-    use crate::partition::producers::ProducerTable;
+    use crate::replica::apply::apply_produce;
+    use crate::replica::batch::tests::make_batch;
+    use crate::replica::entry::{PartitionEntry, decode};
+    use crate::replica::producers::ProducerTable;
     use helix_wal::{AppendCheck, LogConfig, PartitionLog, RaftPosition};
 
     /// Applies a produce entry's data as a replica would.

@@ -447,7 +447,7 @@ impl PartitionState {
     }
 
     /// Publishes the in-sync replicas computed by the leader's shard.
-    /// Whether this replica is caught up (see `replica::isr::CaughtUp`).
+    /// Whether this replica is caught up (see `host::isr::CaughtUp`).
     pub fn publish_caught_up(&self, caught_up: bool) {
         self.published
             .caught_up

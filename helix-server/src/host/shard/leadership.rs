@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use helix_raft::{GroupId, RaftGroup};
 
 use super::Shard;
-use crate::partition::Published;
+use crate::replica::Published;
 
 /// Leader balancing hands back at most this many groups per shard at a
 /// time: each hand-over sends that partition's clients to another node, and
@@ -136,7 +136,7 @@ impl Shard {
             let caught_up = status.followers.iter().any(|f| {
                 f.node == preferred
                     && f.matched == status.last_index
-                    && f.ticks_since_heard <= crate::replica::isr::HEARD_WITHIN_TICKS
+                    && f.ticks_since_heard <= crate::host::isr::HEARD_WITHIN_TICKS
             });
             let in_sync = self
                 .states

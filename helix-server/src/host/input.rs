@@ -9,8 +9,8 @@ use tokio::sync::oneshot;
 
 use crate::batcher::Work;
 use crate::error::Result;
-use crate::partition::Published;
-use crate::partition::state::PartitionState;
+use crate::replica::Published;
+use crate::replica::state::PartitionState;
 
 /// What a shard is asked to do.
 pub enum ShardInput {

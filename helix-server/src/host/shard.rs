@@ -21,9 +21,9 @@ use super::payload::{MAX_PAYLOAD_BYTES, split_to_fit};
 use super::syncer::Syncer;
 use super::{Lane, Outbox};
 use crate::error::HelixError;
-use crate::partition::Published;
-use crate::partition::raft::HardStateFile;
-use crate::partition::state::PartitionState;
+use crate::replica::Published;
+use crate::replica::raft::HardStateFile;
+use crate::replica::state::PartitionState;
 
 mod leadership;
 
