@@ -388,26 +388,10 @@ fn futures_now<T>(f: impl std::future::Future<Output = T>) -> T {
 /// (`kafka::dispatch::check_reachable`); None when the connection is
 /// closed instead.
 async fn metadata_brokers(b: &Arc<Broker>, told: &mut bool) -> Option<Vec<i32>> {
-    use bytes::Buf;
-    use kafka_protocol::messages::{
-        ApiKey, MetadataRequest, MetadataResponse, RequestKind, ResponseHeader,
-    };
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, RequestKind};
     use kafka_protocol::protocol::Decodable;
-    let f = crate::kafka::tests::frame(
-        ApiKey::Metadata,
-        9,
-        &RequestKind::Metadata(MetadataRequest::default()),
-    );
-    let pending = crate::kafka::dispatch::start_from(b, f, None, told)
-        .await
-        .ok()?;
-    let mut out = pending
-        .await
-        .expect("encoded")
-        .expect("a response")
-        .into_bytes();
-    let _len = out.get_i32();
-    ResponseHeader::decode(&mut out, ApiKey::Metadata.response_header_version(9)).expect("header");
+    let request = RequestKind::Metadata(MetadataRequest::default());
+    let mut out = crate::kafka::tests::answer_on(b, ApiKey::Metadata, 9, &request, told).await?;
     let resp = MetadataResponse::decode(&mut out, 9).expect("decode");
     let mut ids: Vec<i32> = resp.brokers.iter().map(|b| b.node_id.0).collect();
     ids.sort_unstable();

@@ -209,9 +209,24 @@ pub(crate) async fn roundtrip(
     version: i16,
     body: &RequestKind,
 ) -> Bytes {
-    let pending = dispatch::start(b, frame(key, version, body))
+    answer_on(b, key, version, body, &mut false)
         .await
-        .expect("dispatched");
+        .expect("dispatched")
+}
+
+/// Dispatches `body` as the next request of a connection in state `told`
+/// (`dispatch::check_reachable`) and returns the answer after its header,
+/// or None when the connection is closed instead.
+pub(crate) async fn answer_on(
+    b: &Arc<Broker>,
+    key: ApiKey,
+    version: i16,
+    body: &RequestKind,
+    told: &mut bool,
+) -> Option<Bytes> {
+    let pending = dispatch::start_from(b, frame(key, version, body), None, told)
+        .await
+        .ok()?;
     let mut out = pending
         .await
         .expect("encoded")
@@ -222,7 +237,7 @@ pub(crate) async fn roundtrip(
     let header =
         ResponseHeader::decode(&mut out, key.response_header_version(version)).expect("header");
     assert_eq!(header.correlation_id, i32::from(version) * 100 + key as i32);
-    out
+    Some(out)
 }
 
 fn error_codes(r: &ResponseKind) -> Vec<i16> {

@@ -159,12 +159,9 @@ mod tests {
         BatchHeader::parse(&b).expect("header")
     }
 
-    #[test]
-    fn a_snapshot_plus_the_tail_equals_a_full_scan() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (mut log, _) =
-            PartitionLog::open(&dir.path().join("wal"), LogConfig::default()).expect("open");
-        let first = append(&mut log, 1, 0, 100);
+    /// The state of `log`, whose last entry is index 1 of term 1, as a
+    /// snapshot.
+    fn snapshot_at_1(log: &PartitionLog) -> Snapshot {
         let (producers, max_ts) = rebuild(&log.reader(), log.next_offset(), None).expect("scan");
         Snapshot {
             covers: log.next_offset(),
@@ -174,8 +171,15 @@ mod tests {
             index: 1,
             term: 1,
         }
-        .save(dir.path())
-        .expect("save");
+    }
+
+    #[test]
+    fn a_snapshot_plus_the_tail_equals_a_full_scan() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) =
+            PartitionLog::open(&dir.path().join("wal"), LogConfig::default()).expect("open");
+        let first = append(&mut log, 1, 0, 100);
+        snapshot_at_1(&log).save(dir.path()).expect("save");
         let second = append(&mut log, 2, 1, 50);
         let end = log.next_offset();
         let loaded = Snapshot::load(dir.path()).and_then(|s| s.describes(&log));
@@ -232,15 +236,7 @@ mod tests {
         let (mut log, _) =
             PartitionLog::open(&dir.path().join("wal"), LogConfig::default()).expect("open");
         let first = append(&mut log, 1, 0, 100);
-        let (producers, max_ts) = rebuild(&log.reader(), log.next_offset(), None).expect("scan");
-        let snapshot = Snapshot {
-            covers: log.next_offset(),
-            producers,
-            max_timestamp: max_ts,
-            acknowledged_offset: log.next_offset(),
-            index: 1,
-            term: 1,
-        };
+        let snapshot = snapshot_at_1(&log);
         log.append(RaftPosition { index: 2, term: 1 }, &[])
             .expect("delete entry");
         log.delete_records_before(log.next_offset())
