@@ -285,39 +285,21 @@ class HelixCluster:
         for p in self.proxies.values():
             p.set_mode("pass")
 
-    def stored_sizes(self) -> dict[int, dict[int, int]]:
-        """While the nodes run: {node: {partition: bytes of its WAL's .log
-        segments}} of the one user topic the cluster holds, from the files
-        (a follower's log is only on disk once it applied it)."""
-        out: dict[int, dict[int, int]] = {}
-        for n in self.nodes:
-            out[n.id] = {}
-            for pdir in (n.data_dir / "topics").glob("*/*"):
-                if pdir.name.isdigit():
-                    total = 0
-                    for s in (pdir / "wal").glob("*.log"):
-                        try:
-                            total += s.stat().st_size
-                        except FileNotFoundError:  # removed by retention meanwhile
-                            pass
-                    out[n.id][int(pdir.name)] = total
-        return out
+    def wal_dirs(self, node: Node) -> dict[int, Path]:
+        """{partition: its WAL directory} on `node` for the one user topic
+        the cluster holds."""
+        topics = [d for d in (node.data_dir / "topics").iterdir() if d.is_dir()]
+        assert len(topics) == 1, f"node {node.id} holds {len(topics)} topics"
+        return {int(p.name): p / "wal" for p in topics[0].iterdir() if p.name.isdigit()}
 
     def stored_logs(self) -> dict[int, dict[int, bytes]]:
         """With every node stopped: {node: {partition: the bytes of its
         WAL's .log segments, in order}} of the one user topic the cluster
         holds (replicas of a partition must be byte-identical)."""
         assert not any(n.alive() for n in self.nodes), "stop the cluster first"
-        out: dict[int, dict[int, bytes]] = {}
-        for n in self.nodes:
-            topics = [d for d in (n.data_dir / "topics").iterdir() if d.is_dir()]
-            assert len(topics) == 1, f"node {n.id} holds {len(topics)} topics"
-            out[n.id] = {}
-            for pdir in topics[0].iterdir():
-                if pdir.name.isdigit():
-                    segments = sorted((pdir / "wal").glob("*.log"))
-                    out[n.id][int(pdir.name)] = b"".join(s.read_bytes() for s in segments)
-        return out
+        return {n.id: {part: b"".join(s.read_bytes() for s in sorted(wal.glob("*.log")))
+                       for part, wal in self.wal_dirs(n).items()}
+                for n in self.nodes}
 
     def logs(self, lines: int = 40) -> str:
         return "\n".join(f"--- node {n.id} ({n.log}) ---\n{n.log_tail(lines)}" for n in self.nodes)

@@ -29,6 +29,7 @@ import harness
 import kwire
 from cluster_harness import HelixCluster
 from cluster_load import PacedProducer, read_all, verify_exactly_once_in_order
+from jepsen.final import await_replicas_settled
 from test_operations import scrape, value
 
 pytestmark = [pytest.mark.cluster, pytest.mark.managed,
@@ -90,25 +91,15 @@ def assert_replicas_identical(cluster: HelixCluster, topic: str) -> None:
     replicas hold byte-identical logs (the state machine is deterministic:
     a replica that stored anything else has diverged, even if the leader a
     consumer reads from is right). Stops the cluster."""
-    wait_in_sync(cluster, topic)
+    view = wait_in_sync(cluster, topic)
     # In sync is not caught up: a follower stays in the ISR while it is
     # less than replica.lag.time.max.ms behind, and it writes an entry to
     # its WAL only once it hears the entry is committed. So the files are
-    # compared once every replica of every partition holds as many bytes
-    # as the others, and still does a moment later.
+    # compared once every replica reports the same log end and a high
+    # watermark equal to it.
     started = time.monotonic()
-    deadline = started + 60
-    previous = None
-    while True:
-        sizes = cluster.stored_sizes()
-        parts = sorted({p for per_node in sizes.values() for p in per_node})
-        same = all(len({sizes[n].get(p) for n in sizes}) == 1 for p in parts)
-        if same and sizes == previous:
-            break
-        assert time.monotonic() < deadline, \
-            f"the replicas' logs never reached the same size: {sizes}\n{cluster.logs()}"
-        previous = sizes if same else None
-        time.sleep(0.2)
+    settle = await_replicas_settled(cluster, topic, len(view))
+    assert settle["settled"], f"the replicas never settled: {settle}\n{cluster.logs()}"
     report("replicas_converged", {"topic": topic, "seconds": round(time.monotonic() - started, 3)})
     cluster.stop()
     stored = cluster.stored_logs()

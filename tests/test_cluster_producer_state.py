@@ -201,8 +201,7 @@ def log_starts(cluster: HelixCluster) -> list[tuple[int, int]]:
     files are asked, not the leader."""
     out = []
     for n in cluster.nodes:
-        for pdir in (n.data_dir / "topics").glob("*/*"):
-            if pdir.name.isdigit():
-                segments = sorted((pdir / "wal").glob("*.log"))
-                out.append((int(pdir.name), int(segments[0].stem) if segments else 0))
+        for part, wal in cluster.wal_dirs(n).items():
+            segments = sorted(wal.glob("*.log"))
+            out.append((part, int(segments[0].stem) if segments else 0))
     return out
