@@ -89,7 +89,8 @@ pub struct ReplicaHost {
     replicas: Arc<Mutex<HashMap<GroupId, Arc<Partition>>>>,
     /// Bumped by the shards on every leadership or ISR change.
     changes: Arc<AtomicU64>,
-    /// Peer connections that broke, until heard from again.
+    /// Peer connections that broke, until heard from again (the transport
+    /// marks them; replicas read them for their lease).
     links: Arc<PeerLinks>,
 }
 

@@ -200,13 +200,10 @@ struct Peer {
     received_frames: AtomicU64,
     received_bytes: AtomicU64,
     last_received: Mutex<Option<Instant>>,
-    /// The node's table of lost peer connections (shared with its replicas).
-    links: Arc<PeerLinks>,
 }
 
 impl Peer {
     fn heard(&self, bytes: usize) {
-        self.links.heard(NodeId(self.node));
         self.received_frames.fetch_add(1, Ordering::Relaxed);
         self.received_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
@@ -218,6 +215,8 @@ struct Shared {
     config: TransportConfig,
     inbound: Arc<dyn Inbound>,
     peers: Vec<Arc<Peer>>,
+    /// The node's table of lost peer connections (its replicas read it).
+    links: Arc<PeerLinks>,
     stop: watch::Sender<bool>,
 }
 
@@ -231,11 +230,15 @@ impl Shared {
     /// whichever lane or direction notices first, until the peer is heard
     /// from again.
     fn lost(&self, node: u64) {
-        if let Some(p) = self.peer(node)
-            && p.links.lost(NodeId(node))
-        {
+        if self.peer(node).is_some() && self.links.lost(NodeId(node)) {
             self.inbound.peer_lost(node);
         }
+    }
+
+    /// A frame or call of `bytes` arrived from `peer`: its connection is up.
+    fn heard(&self, peer: &Peer, bytes: usize) {
+        self.links.heard(NodeId(peer.node));
+        peer.heard(bytes);
     }
 }
 
@@ -276,7 +279,6 @@ impl Transport {
                     received_frames: AtomicU64::new(0),
                     received_bytes: AtomicU64::new(0),
                     last_received: Mutex::new(None),
-                    links: links.clone(),
                 })
             })
             .collect();
@@ -285,6 +287,7 @@ impl Transport {
             config,
             inbound,
             peers,
+            links,
             stop,
         });
         tokio::spawn(server::serve(shared.clone(), listener));

@@ -98,7 +98,8 @@ impl PeerRpc for Service {
                 _ = stop.wait_for(|s| *s) => return Err(Status::unavailable("node shutting down")),
             };
             let Some(f) = frame else { break };
-            peer.heard(f.payloads.iter().map(|p| p.len()).sum());
+            self.shared
+                .heard(&peer, f.payloads.iter().map(|p| p.len()).sum());
             self.shared.inbound.deliver(peer.node, lane, f.payloads);
         }
         Ok(Response::new(StreamEnd {}))
@@ -107,7 +108,7 @@ impl PeerRpc for Service {
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
         let peer = self.sender(request.metadata())?.clone();
         let body = request.into_inner().body;
-        peer.heard(body.len());
+        self.shared.heard(&peer, body.len());
         let reply = match self.shared.inbound.call(peer.node, body).await {
             Ok(body) => CallReply {
                 body,
