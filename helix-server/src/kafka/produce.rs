@@ -117,8 +117,7 @@ enum Slot {
 struct Admitted {
     index: i32,
     slot: Slot,
-    append_time: i64,
-    traced: Option<(i64, i16, i32)>,
+    seen: Seen,
 }
 
 /// What admitting one partition learnt besides its slot: the append time
@@ -126,6 +125,14 @@ struct Admitted {
 struct Seen {
     append_time: i64,
     traced: Option<(i64, i16, i32)>,
+}
+
+impl Seen {
+    /// Before anything is learnt (or when the partition is refused early).
+    const NOTHING: Seen = Seen {
+        append_time: NO_APPEND_TIME,
+        traced: None,
+    };
 }
 
 /// What every partition of one request shares while it is admitted.
@@ -143,20 +150,12 @@ impl Admission<'_> {
     /// Checks, converts and queues one partition's records.
     async fn admit(&mut self, topic: Option<&Arc<Topic>>, pd: PartitionProduceData) -> Admitted {
         let index = pd.index;
-        let mut seen = Seen {
-            append_time: NO_APPEND_TIME,
-            traced: None,
-        };
+        let mut seen = Seen::NOTHING;
         let slot = self
             .queue(topic, pd, &mut seen)
             .await
             .unwrap_or_else(|e| Slot::Done(Err(e)));
-        Admitted {
-            index,
-            slot,
-            append_time: seen.append_time,
-            traced: seen.traced,
-        }
+        Admitted { index, slot, seen }
     }
 
     async fn queue(
@@ -244,8 +243,7 @@ pub async fn enqueue(
                 Admitted {
                     index: pd.index,
                     slot: Slot::Done(Err(HelixError::TransactionsUnsupported)),
-                    append_time: NO_APPEND_TIME,
-                    traced: None,
+                    seen: Seen::NOTHING,
                 }
             } else {
                 admission.admit(topic.as_ref(), pd).await
@@ -282,8 +280,11 @@ pub async fn enqueue(
             for Admitted {
                 index,
                 slot,
-                append_time,
-                traced,
+                seen:
+                    Seen {
+                        append_time,
+                        traced,
+                    },
             } in slots
             {
                 let mut r = PartitionProduceResponse::default();
