@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// An append in the current term at timestamp 0.
+fn append(batches: u8, records: u8, len: u16) -> Op {
+    Op::Append {
+        batches,
+        records,
+        len,
+        new_term: false,
+        ts: 0,
+    }
+}
+
 #[test]
 fn model_smoke_sequence() {
     use Op::*;
@@ -213,28 +224,21 @@ fn model_regression_time_lookup_after_sealed_flip() {
 #[test]
 fn model_regression_flip_in_header_of_sealed_batch() {
     use Op::*;
-    let a = |batches, records, len| Append {
-        batches,
-        records,
-        len,
-        new_term: false,
-        ts: 0,
-    };
     let ops = vec![
-        a(1, 3, 0),
-        a(0, 1, 0),
-        a(0, 1, 0),
-        a(0, 1, 0),
+        append(1, 3, 0),
+        append(0, 1, 0),
+        append(0, 1, 0),
+        append(0, 1, 0),
         Truncate(13108),
-        a(1, 1, 0),
-        a(3, 1, 334),
-        a(2, 1, 310),
-        a(2, 1, 360),
-        a(1, 1, 404),
-        a(3, 1, 467),
-        a(0, 1, 0),
-        a(0, 1, 0),
-        a(3, 1, 94),
+        append(1, 1, 0),
+        append(3, 1, 334),
+        append(2, 1, 310),
+        append(2, 1, 360),
+        append(1, 1, 404),
+        append(3, 1, 467),
+        append(0, 1, 0),
+        append(0, 1, 0),
+        append(3, 1, 94),
     ];
     run(&ops, false, Some((37896, 0)));
 }
@@ -244,13 +248,6 @@ fn model_regression_flip_in_header_of_sealed_batch() {
 #[test]
 fn model_regression_clean_close_after_truncate_leaves_nothing_to_reverify() {
     use Op::*;
-    let append = |batches, records, len| Append {
-        batches,
-        records,
-        len,
-        new_term: false,
-        ts: 0,
-    };
     let ops = vec![
         append(1, 1, 0),
         Roll,
