@@ -463,11 +463,18 @@ class Conn:
     def leaders(self, topic: str) -> dict[int, tuple[int, int, list[int], list[int]]]:
         """Metadata v7 (non-flexible, with leader epochs) for one topic:
         {partition: (leader, leader_epoch, replicas, isr)}; raises on a topic error."""
+        return self.brokers_and_leaders(topic)[1]
+
+    def brokers_and_leaders(self, topic: str) -> tuple[list[int], dict[int, tuple[int, int, list[int], list[int]]]]:
+        """One Metadata v7 answer for one topic: the broker ids it lists,
+        and {partition: (leader, leader_epoch, replicas, isr)}; raises on a
+        topic error."""
         body = struct.pack(">i", 1) + string(topic) + struct.pack(">b", 0)
         r = self.request(API_METADATA, 7, body)
         r.i32()  # throttle
+        brokers = []
         for _ in range(r.i32()):
-            r.i32(); r.string(); r.i32(); r.string()  # node, host, port, rack
+            brokers.append(r.i32()); r.string(); r.i32(); r.string()  # node, host, port, rack
         r.string()  # cluster id
         r.i32()  # controller
         out: dict[int, tuple[int, int, list[int], list[int]]] = {}
@@ -485,7 +492,7 @@ class Conn:
                 for _ in range(r.i32()):
                     r.i32()  # offline
                 out[index] = (leader, epoch, replicas, isr)
-        return out
+        return brokers, out
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
               max_wait_ms: int = 100, version: int | None = None) -> tuple[int, int, bytes]:

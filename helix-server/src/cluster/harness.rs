@@ -78,6 +78,10 @@ impl PeerLink for MemLink {
         }
         now || (within == Duration::MAX && heard.contains(&node.0))
     }
+
+    fn broke_off(&self, node: NodeId) -> bool {
+        !self.net.linked(self.me, node.0) || self.net.broker(node.0).is_none()
+    }
 }
 
 pub(super) struct TestCluster {

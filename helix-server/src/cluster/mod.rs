@@ -40,6 +40,9 @@ pub struct Member {
 /// Tells whether a peer was heard from lately (the peer transport).
 pub trait Liveness: Send + Sync + 'static {
     fn heard_within(&self, node: NodeId, within: Duration) -> bool;
+    /// A connection to or from `node` broke and nothing has arrived from
+    /// it since: known at once, where silence takes [`DOWN_AFTER`].
+    fn broke_off(&self, node: NodeId) -> bool;
 }
 
 /// A node alone hears nobody.
@@ -47,6 +50,10 @@ pub struct Alone;
 
 impl Liveness for Alone {
     fn heard_within(&self, _node: NodeId, _within: Duration) -> bool {
+        false
+    }
+
+    fn broke_off(&self, _node: NodeId) -> bool {
         false
     }
 }
@@ -132,8 +139,30 @@ impl ClusterState {
     /// included). A node that does not is cut off, or still starting: it
     /// leads nothing and its view of who leads what is stale, so it names
     /// no leader to clients (see [`crate::kafka::metadata`]).
+    ///
+    /// A peer counts when it was heard within [`DOWN_AFTER`] and its
+    /// connections have not broken since. So a node whose connections to
+    /// a majority break (a peer refusing it, a cable pulled) knows it is
+    /// cut off at once, as its followers do when they campaign (ADR 0017);
+    /// only a silent cut waits for [`DOWN_AFTER`]. Without this, a node
+    /// cut off for less than that answered a fresh client as a member
+    /// with no leader for any partition, and the client, asking only
+    /// that node, waited for it until [`DOWN_AFTER`] (ADR 0023, fourth
+    /// attempt).
     pub fn hears_majority(&self) -> bool {
-        let heard = self.members.iter().filter(|m| self.is_alive(m.id)).count();
+        let connected = |id: NodeId| {
+            id == self.me
+                || self
+                    .liveness
+                    .read()
+                    .map(|l| !l.broke_off(id))
+                    .unwrap_or(false)
+        };
+        let heard = self
+            .members
+            .iter()
+            .filter(|m| self.is_alive(m.id) && connected(m.id))
+            .count();
         let majority = heard > self.members.len() / 2;
         if majority {
             self.had_majority.store(true, Ordering::Relaxed);

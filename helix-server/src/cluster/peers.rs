@@ -47,6 +47,8 @@ pub trait PeerLink: Send + Sync + 'static {
     fn call(&self, to: NodeId, request: Bytes, timeout: Duration) -> BoxFuture<Result<Bytes>>;
     /// Whether anything arrived from `node` within `within`.
     fn heard_within(&self, node: NodeId, within: Duration) -> bool;
+    /// A connection to or from `node` broke and nothing has arrived since.
+    fn broke_off(&self, node: NodeId) -> bool;
 }
 
 /// The transport, once it runs.
@@ -86,6 +88,10 @@ impl super::Liveness for LinkSlot {
             .get()
             .is_some_and(|l| l.heard_within(node, within))
     }
+
+    fn broke_off(&self, node: NodeId) -> bool {
+        self.link.get().is_some_and(|l| l.broke_off(node))
+    }
 }
 
 /// The tonic transport as the node's link to its peers.
@@ -107,6 +113,10 @@ impl PeerLink for TransportLink {
 
     fn heard_within(&self, node: NodeId, within: Duration) -> bool {
         self.0.heard_within(node.0, within)
+    }
+
+    fn broke_off(&self, node: NodeId) -> bool {
+        self.0.broke_off(node.0)
     }
 }
 

@@ -460,3 +460,73 @@ async fn a_node_cut_off_answers_new_connections_and_closes_those_told_it_is_a_me
     );
     c.close().await;
 }
+
+/// A peer transport as a table: who was heard lately, whose connections
+/// broke since.
+struct Links {
+    heard: Vec<NodeId>,
+    broken: std::sync::Mutex<Vec<NodeId>>,
+}
+
+impl super::Liveness for Links {
+    fn heard_within(&self, node: NodeId, _within: std::time::Duration) -> bool {
+        self.heard.contains(&node)
+    }
+
+    fn broke_off(&self, node: NodeId) -> bool {
+        self.broken.lock().expect("lock").contains(&node)
+    }
+}
+
+#[test]
+fn a_node_whose_connections_to_a_majority_broke_is_cut_off_before_they_fall_silent() {
+    use crate::config::{Config, Members, NodeSpec};
+    let nodes: Vec<NodeSpec> = (1..=3)
+        .map(|id| NodeSpec {
+            id,
+            kafka: format!("127.0.0.1:{}", 19000 + id),
+            peer: format!("127.0.0.1:{}", 19100 + id),
+            metrics: None,
+        })
+        .collect();
+    let config = Config {
+        node_id: 1,
+        cluster: Some(Members::new(nodes, 1).expect("members")),
+        advertised: "127.0.0.1:19001".into(),
+        ..Config::default()
+    };
+    let cluster = super::ClusterState::new(&config).expect("cluster state");
+    // Both peers were heard within DOWN_AFTER: the test table never lets
+    // them fall silent, only their connections break.
+    let links = Arc::new(Links {
+        heard: vec![NodeId(2), NodeId(3)],
+        broken: std::sync::Mutex::new(Vec::new()),
+    });
+    cluster.set_liveness(links.clone());
+    let offered = |c: &super::ClusterState| {
+        c.members_to_offer()
+            .iter()
+            .map(|m| m.id.0)
+            .collect::<Vec<_>>()
+    };
+    assert!(cluster.hears_majority());
+    assert_eq!(offered(&cluster), vec![1, 2, 3]);
+    links.broken.lock().expect("lock").push(NodeId(2));
+    assert!(
+        cluster.hears_majority() && !cluster.cut_off(),
+        "1 and 3 are a majority"
+    );
+    links.broken.lock().expect("lock").push(NodeId(3));
+    assert!(
+        !cluster.hears_majority() && cluster.cut_off(),
+        "both connections broke: cut off at once, not after DOWN_AFTER of silence"
+    );
+    assert_eq!(
+        offered(&cluster),
+        vec![2, 3],
+        "a new client is told of the others"
+    );
+    links.broken.lock().expect("lock").clear();
+    assert!(cluster.hears_majority(), "heard again: a member again");
+    assert_eq!(offered(&cluster), vec![1, 2, 3]);
+}

@@ -29,25 +29,6 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
     // disconnected (Kafka's brokers keep answering Metadata too, issue 30
     // item 7).
     let cut_off = !broker.cluster.hears_majority();
-    resp.brokers = broker
-        .cluster
-        .members_to_offer()
-        .into_iter()
-        .map(|m| {
-            let mut b = MetadataResponseBroker::default();
-            b.node_id = broker_id(m.id);
-            b.host = wire_str(&m.host);
-            b.port = m.port;
-            b
-        })
-        .collect();
-    resp.cluster_id = Some(wire_str(&broker.cluster_id));
-    // Kafka's NO_CONTROLLER_ID (-1) where it cannot vouch for one.
-    resp.controller_id = if cut_off {
-        BrokerId(-1)
-    } else {
-        broker_id(broker.controller_id())
-    };
     // A node whose topic table has not caught up with the controller's log
     // (just started) cannot say a topic does not exist: it answers
     // LEADER_NOT_AVAILABLE (retriable) for a topic it does not know, and
@@ -97,10 +78,43 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
     if !cut_off {
         settle_elections(found.iter().filter_map(|f| f.as_ref().ok())).await;
     }
-    resp.topics = found
+    let entries = |cut_off| -> Vec<MetadataResponseTopic> {
+        found
+            .iter()
+            .map(|f| match f {
+                Ok(t) => topic_entry(broker, t, cut_off),
+                Err(t) => t.clone(),
+            })
+            .collect()
+    };
+    resp.topics = entries(cut_off);
+    // Decided again once the leaders are read: a node that learnt it is
+    // cut off meanwhile (its lease went with the same news) answers as
+    // cut off, never as a member that names no leader, which would keep a
+    // client that asks only it waiting (ADR 0023, fourth attempt).
+    let cut_off = cut_off || !broker.cluster.hears_majority();
+    if cut_off && resp.topics.iter().any(names_a_leader) {
+        resp.topics = entries(true);
+    }
+    resp.brokers = broker
+        .cluster
+        .members_to_offer()
         .into_iter()
-        .map(|f| f.map_or_else(|t| t, |t| topic_entry(broker, &t, cut_off)))
+        .map(|m| {
+            let mut b = MetadataResponseBroker::default();
+            b.node_id = broker_id(m.id);
+            b.host = wire_str(&m.host);
+            b.port = m.port;
+            b
+        })
         .collect();
+    resp.cluster_id = Some(wire_str(&broker.cluster_id));
+    // Kafka's NO_CONTROLLER_ID (-1) where it cannot vouch for one.
+    resp.controller_id = if cut_off {
+        BrokerId(-1)
+    } else {
+        broker_id(broker.controller_id())
+    };
     resp
 }
 
@@ -139,6 +153,10 @@ async fn settle_elections<'a>(topics: impl Iterator<Item = &'a Arc<Topic>> + Clo
     while electing() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(ELECTION_POLL).await;
     }
+}
+
+fn names_a_leader(t: &MetadataResponseTopic) -> bool {
+    t.partitions.iter().any(|p| p.leader_id.0 >= 0)
 }
 
 pub fn broker_id(node: helix_raft::NodeId) -> BrokerId {

@@ -54,6 +54,17 @@ impl PeerLinks {
         }
     }
 
+    /// Whether `node` is lost: a connection broke and nothing has arrived
+    /// from it since.
+    pub fn is_lost(&self, node: NodeId) -> bool {
+        self.lost_count.load(Ordering::Acquire) != 0
+            && self
+                .lost
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&node)
+    }
+
     /// Whether enough of `voters` (this node's group, this node among
     /// them) are still connected for a majority to answer it.
     pub fn reach_majority(&self, voters: &[NodeId]) -> bool {
@@ -82,12 +93,14 @@ mod tests {
         assert!(links.reach_majority(&three), "1 and 3 are a majority");
         links.lost(NodeId(3));
         assert!(!links.reach_majority(&three));
+        assert!(links.is_lost(NodeId(3)) && !links.is_lost(NodeId(1)));
         assert!(
             links.reach_majority(&[NodeId(1)]),
             "a one-voter group is its own majority"
         );
         links.heard(NodeId(3));
         assert!(links.reach_majority(&three));
+        assert!(!links.is_lost(NodeId(3)), "heard again");
         // A group without the lost peer is not affected.
         links.lost(NodeId(3));
         assert!(links.reach_majority(&[NodeId(1), NodeId(4), NodeId(5)]));

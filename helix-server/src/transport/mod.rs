@@ -355,6 +355,12 @@ impl Transport {
         })
     }
 
+    /// Whether a connection to or from `node` broke and nothing has
+    /// arrived from it since (the node's [`PeerLinks`]).
+    pub fn broke_off(&self, node: u64) -> bool {
+        self.shared.links.is_lost(NodeId(node))
+    }
+
     /// Counters and connection state of every peer and lane.
     pub fn status(&self) -> Vec<PeerStatus> {
         self.shared
