@@ -346,6 +346,10 @@ def test_isolated_leader_stops_and_the_majority_carries_on(tmp_path, topic, mode
         to_old_produce = kwire.Conn("127.0.0.1", cluster.node(old).kafka_port)
         to_majority = kwire.Conn("127.0.0.1", others[0].kafka_port)
         to_old_produce.versions()
+        # Told before the cut that the old leader is a member, then left idle
+        # (the probe loop below replaces `to_old` once it is closed).
+        told_before = kwire.Conn("127.0.0.1", cluster.node(old).kafka_port)
+        assert old in told_before.brokers()
         cluster.isolate(old, mode)
         cut_at = time.monotonic()
         # Within the first election timeout after the cut, the isolated node
@@ -430,7 +434,7 @@ def test_isolated_leader_stops_and_the_majority_carries_on(tmp_path, topic, mode
         # A connection it answered as a member before is closed instead, so
         # that client connects elsewhere at once (ADR 0023, third attempt).
         with pytest.raises((OSError, kwire.ProtocolError)):
-            to_old.brokers()
+            told_before.brokers()
         deadline = time.monotonic() + 30
         new = -1
         while time.monotonic() < deadline and new in (-1, old):
@@ -453,7 +457,7 @@ def test_isolated_leader_stops_and_the_majority_carries_on(tmp_path, topic, mode
         report(f"isolated_leader_{mode}", {"acked": len(load.result.acked),
                                            "longest_gap_s": max(gaps.values()), **figures})
     finally:
-        for c in ("to_old", "to_old_produce", "to_majority"):
+        for c in ("to_old", "to_old_produce", "to_majority", "told_before"):
             conn = locals().get(c)
             if conn is not None:
                 conn.close()

@@ -160,6 +160,8 @@ impl Broker {
             ));
         }
         let topics = Arc::new(TopicTable::new(factory.clone()));
+        let settled = controller.clone();
+        topics.set_caught_up(Box::new(move || settled.caught_up()));
         let records: Vec<(String, TopicRecord)> = controller
             .view()
             .view

@@ -274,11 +274,21 @@ impl ReplicaFactory {
 }
 
 /// The topics of the cluster and this node's replicas of them.
-#[derive(Debug)]
 pub struct TopicTable {
     factory: ReplicaFactory,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
+    /// Whether this node has caught up with the controller's log (set
+    /// once the controller runs; until then, not). Retention deletes by
+    /// the topics' settings, and a node behind the log may hold settings
+    /// the operator has changed since: a node restarted right after
+    /// `retention.ms` was raised again deleted what the new setting keeps,
+    /// and its replica no longer matched the others. Kafka's brokers start
+    /// deleting only once caught up with the metadata log too.
+    caught_up: std::sync::OnceLock<CaughtUp>,
 }
+
+/// Tells whether the node has caught up with the controller's log.
+pub type CaughtUp = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// The Raft group of partition `index` of the topic with id `id`: the same
 /// on every node, unique per (topic, partition).
@@ -286,12 +296,33 @@ pub fn partition_group(id: &uuid::Uuid, index: i32) -> GroupId {
     GroupId((id.as_u64_pair().0 & !0xffff) | (index as u64 & 0xffff))
 }
 
+impl std::fmt::Debug for TopicTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicTable")
+            .field("factory", &self.factory)
+            .field("topics", &self.topics)
+            .finish_non_exhaustive()
+    }
+}
+
 impl TopicTable {
     pub fn new(factory: ReplicaFactory) -> TopicTable {
         TopicTable {
             factory,
             topics: RwLock::new(HashMap::new()),
+            caught_up: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Where [`TopicTable::apply_retention`] learns whether the node has
+    /// caught up with the controller's log (see the field).
+    pub fn set_caught_up(&self, caught_up: CaughtUp) {
+        let _ = self.caught_up.set(caught_up);
+    }
+
+    /// Whether retention may delete now: the settings are current.
+    fn settings_current(&self) -> bool {
+        self.caught_up.get().is_some_and(|f| f())
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
@@ -418,11 +449,15 @@ impl TopicTable {
         }
         if log_settings_changed {
             // helix-wal takes these at open: the replicas reopen their logs,
-            // then apply the new retention now rather than at the next sweep.
+            // then apply the new retention now rather than at the next sweep
+            // (not while replaying settings that later ones may replace).
             let now_ms = crate::clock::now_ms();
+            let current = self.settings_current();
             for p in topic.local_replicas() {
                 p.reconfigure(log.clone()).await;
-                p.retention(now_ms);
+                if current {
+                    p.retention(now_ms);
+                }
             }
         }
         Ok(())
@@ -452,8 +487,13 @@ impl TopicTable {
             .join(id.simple().to_string())
     }
 
-    /// Applies every topic's retention settings to its local replicas.
+    /// Applies every topic's retention settings to its local replicas,
+    /// once the node has caught up with the controller's log.
     pub fn apply_retention(&self) {
+        if !self.settings_current() {
+            tracing::debug!("retention waits: not caught up with the controller's log");
+            return;
+        }
         let now_ms = crate::clock::now_ms();
         for p in self.local_replicas() {
             p.retention(now_ms);
