@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::budget::Room;
 use crate::error::Result;
+use crate::offset::Offset;
 
 /// Limits of one batch (one Raft entry).
 #[derive(Debug, Clone, Copy)]
@@ -23,8 +24,8 @@ pub struct BatchLimits {
 /// The answer to one produce request for one partition.
 #[derive(Debug)]
 pub struct ProduceAck {
-    pub base_offset: i64,
-    pub log_start_offset: i64,
+    pub base_offset: Offset,
+    pub log_start_offset: Offset,
     /// The batch was already in the log (an idempotent retry): answered
     /// with DUPLICATE_SEQUENCE_NUMBER and its original base offset.
     pub duplicate: bool,

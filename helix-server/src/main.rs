@@ -17,6 +17,7 @@ mod host;
 mod ids;
 mod kafka;
 mod metrics;
+mod offset;
 mod rejoin;
 mod replica;
 mod scrubber;

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::broker::Broker;
 use crate::error::HelixError;
+use crate::offset::Offset;
 use crate::replica::batch;
 
 /// Bytes read per step.
@@ -32,7 +33,7 @@ pub async fn run(broker: Weak<Broker>, bytes_per_second: u64) {
         for p in replicas {
             let mut from = p.reader().log_start_offset();
             while p.damaged().is_none() {
-                let bytes = match p.scrub(from, CHUNK) {
+                let bytes = match p.scrub(Offset(from), CHUNK) {
                     Ok(b) if b.is_empty() => break,
                     Ok(b) => b,
                     // Retention moved the start: go on from there.

@@ -239,7 +239,7 @@ pub(super) async fn produce(b: &Broker, topic: &str, p: i32, values: &[&[u8]]) -
         .await
         .map_err(|_| HelixError::Timeout("ack"))?
         .map_err(|_| HelixError::ShuttingDown)??;
-    Ok(ack.base_offset)
+    Ok(ack.base_offset.0)
 }
 
 /// The bytes of a replica's whole log.

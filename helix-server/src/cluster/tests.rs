@@ -83,7 +83,7 @@ async fn a_topic_created_anywhere_is_replicated_byte_for_byte_and_led_by_its_pre
             .local(p)
             .expect("local")
             .log_end_offset();
-        assert_eq!(end, 40, "20 batches of 2 records");
+        assert_eq!(end.0, 40, "20 batches of 2 records");
         for id in c.ids() {
             wait_until("every replica to hold the same bytes", || {
                 log_bytes(c.broker(id), "t", p) == want
@@ -149,7 +149,7 @@ async fn an_isolated_leader_stops_acknowledging_the_majority_carries_on_and_it_r
         .expect("local")
         .clone();
     for (offset, k) in acked {
-        let bytes = part.read(offset, 1).expect("read");
+        let bytes = part.read(crate::offset::Offset(offset), 1).expect("read");
         let h = crate::replica::batch::parse_header(&bytes).expect("batch");
         assert_eq!(h.base_offset, offset);
         assert!(

@@ -61,9 +61,9 @@ pub fn open(
 ) -> Result<Controller> {
     let checkpoint = dir.join(CHECKPOINT_FILE);
     let end = if members.len() == 1 {
-        partition.high_watermark()
+        partition.high_watermark().0
     } else {
-        read_checkpoint(&checkpoint)?.min(partition.high_watermark())
+        read_checkpoint(&checkpoint)?.min(partition.high_watermark().0)
     };
     let mut applied = AppliedView::default();
     let next = internal::for_each_value(&partition, 0, end, |offset, value| {
@@ -110,7 +110,7 @@ fn apply_one(
 pub async fn run(controller: Arc<Controller>, follower: Arc<dyn ViewFollower>) {
     let mut hw = controller.partition.watch_high_watermark();
     loop {
-        let target = *hw.borrow_and_update();
+        let target = hw.borrow_and_update().0;
         if let Err(e) = apply_to(&controller, follower.as_ref(), target).await {
             tracing::error!(error = %e, "applying the controller log failed; retrying");
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;

@@ -156,7 +156,7 @@ impl Controller {
     /// learned yet; until then its topic table may lack topics that exist.
     pub fn caught_up(&self) -> bool {
         let p = &self.partition;
-        p.leadership().leader.is_some() && self.view().next_offset >= p.high_watermark()
+        p.leadership().leader.is_some() && self.view().next_offset >= p.high_watermark().0
     }
 
     /// This node's replica of group 0.
@@ -209,7 +209,7 @@ impl Controller {
             .await
             .map_err(|_| HelixError::Timeout("a controller command"))?
             .map_err(|_| HelixError::ShuttingDown)??;
-        let offset = ack.base_offset;
+        let offset = ack.base_offset.0;
         self.wait_applied(offset + 1, deadline).await?;
         let outcome = self.view().outcomes.remove(&offset);
         match outcome {

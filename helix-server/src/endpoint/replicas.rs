@@ -158,19 +158,19 @@ pub fn replicas(f: &mut Families, b: &Broker, statuses: Vec<(GroupId, Status)>) 
             "partition_log_end_offset",
             "Offset the next record appended gets",
             None,
-            |p, _| p.log_end_offset() as f64,
+            |p, _| p.log_end_offset().0 as f64,
         ),
         (
             "partition_high_watermark",
             "Acknowledged end: what consumers may read",
             None,
-            |p, _| p.high_watermark() as f64,
+            |p, _| p.high_watermark().0 as f64,
         ),
         (
             "partition_log_start_offset",
             "First offset still stored",
             None,
-            |p, _| p.log_start_offset() as f64,
+            |p, _| p.log_start_offset().0 as f64,
         ),
         (
             "partition_size",
@@ -284,7 +284,7 @@ pub fn groups(f: &mut Families, b: &Broker, per_partition: bool) {
     for t in b.topics.all() {
         for p in &t.partitions {
             if let Some(local) = &p.local {
-                high_watermarks.insert((t.name.clone(), p.index), local.high_watermark());
+                high_watermarks.insert((t.name.clone(), p.index), local.high_watermark().0);
             }
         }
     }

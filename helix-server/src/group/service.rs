@@ -330,7 +330,7 @@ impl GroupService {
         let epoch = partition.leadership().term.0;
         let mut host = self.lock();
         host.coordinator.begin_load(id);
-        let end = partition.high_watermark();
+        let end = partition.high_watermark().0;
         let records = internal::for_each_value(partition, 0, end, |offset, value| {
             if let Err(error) = host.coordinator.replay(id, &value, now) {
                 tracing::warn!(partition = %id, offset, %error, "skipping a coordinator record");

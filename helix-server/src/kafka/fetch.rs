@@ -20,6 +20,7 @@ use super::metadata::broker_id;
 use super::wire_str;
 use crate::broker::Broker;
 use crate::metrics::{Metrics, metrics};
+use crate::offset::Offset;
 use crate::topics::{Topic, replica};
 
 /// The first Fetch version whose answers carry KIP-951's leader hints
@@ -94,19 +95,19 @@ fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchRespons
                 }
             };
             let hw = p.high_watermark();
-            pd.high_watermark = hw;
-            pd.last_stable_offset = hw;
-            pd.log_start_offset = p.log_start_offset();
+            pd.high_watermark = hw.0;
+            pd.last_stable_offset = hw.0;
+            pd.log_start_offset = p.log_start_offset().0;
             // KIP-74: the first partition with data always gets at least one
             // whole batch, even over the limits, so a consumer never stalls.
             let limit = usize::try_from(fp.partition_max_bytes)
                 .unwrap_or(0)
                 .min(budget);
             let limit = if total == 0 { limit.max(1) } else { limit };
-            let data = if fp.fetch_offset == hw || limit == 0 {
+            let data = if Offset(fp.fetch_offset) == hw || limit == 0 {
                 Ok(Bytes::new())
             } else {
-                p.read(fp.fetch_offset, limit)
+                p.read(Offset(fp.fetch_offset), limit)
             };
             // Fetch v0-v3 readers get their message format; v4+ gets the
             // stored bytes untouched.
@@ -169,7 +170,7 @@ async fn wait_for_new_data(
                 let mut rx = p.watch_high_watermark();
                 let seen_hw = seen_partition.high_watermark.max(fp.fetch_offset);
                 watchers.spawn(async move {
-                    let _ = rx.wait_for(|hw| *hw > seen_hw).await;
+                    let _ = rx.wait_for(|hw| hw.0 > seen_hw).await;
                 });
             }
         }

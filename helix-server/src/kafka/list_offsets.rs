@@ -16,6 +16,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::broker::Broker;
 use crate::error::HelixError;
+use crate::offset::Offset;
 use crate::replica::Partition;
 use crate::replica::batch::{BatchHeader, first_offset_at_or_after};
 use crate::topics::replica;
@@ -65,16 +66,16 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Li
 
 /// (offset, timestamp) for one partition; offset -1 when no record matches.
 fn lookup(p: &Partition, timestamp: i64) -> Result<(i64, i64), HelixError> {
-    let hw = p.high_watermark();
+    let hw = p.high_watermark().0;
     match timestamp {
         LATEST | LATEST_TIERED => Ok((hw, -1)),
-        EARLIEST | EARLIEST_LOCAL => Ok((p.log_start_offset(), -1)),
+        EARLIEST | EARLIEST_LOCAL => Ok((p.log_start_offset().0, -1)),
         MAX_TIMESTAMP => {
             let Some((base, max_ts)) = p.max_timestamp().filter(|(o, _)| *o < hw) else {
                 return Ok((-1, -1));
             };
             // The record holding it: the first at or after the maximum.
-            let batch = p.read(base, 1)?;
+            let batch = p.read(Offset(base), 1)?;
             Ok(first_offset_at_or_after(&batch, max_ts).unwrap_or((base, max_ts)))
         }
         ts if ts >= 0 => {
@@ -87,7 +88,7 @@ fn lookup(p: &Partition, timestamp: i64) -> Result<(i64, i64), HelixError> {
             // The batch may start before the first matching record: look
             // inside it for the exact record. A compressed batch answers
             // with the batch (clients skip the earlier records it holds).
-            let batch = p.read(base, 1)?;
+            let batch = p.read(Offset(base), 1)?;
             let found = first_offset_at_or_after(&batch, ts).or_else(|| {
                 BatchHeader::parse(&batch)
                     .ok()

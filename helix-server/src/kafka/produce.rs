@@ -306,8 +306,8 @@ pub async fn enqueue(
                 };
                 match outcome {
                     Ok(Some(ack)) => {
-                        r.base_offset = ack.base_offset;
-                        r.log_start_offset = ack.log_start_offset;
+                        r.base_offset = ack.base_offset.0;
+                        r.log_start_offset = ack.log_start_offset.0;
                         r.log_append_time_ms = append_time;
                         if ack.duplicate {
                             r.error_code = code(ResponseError::DuplicateSequenceNumber);

@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
 
 use crate::broker::Broker;
 use crate::error::HelixError;
+use crate::offset::Offset;
 use crate::topics::replica;
 
 /// DeleteRecords' "up to the high watermark" marker.
@@ -44,9 +45,9 @@ pub async fn delete_records(
                     let before = if p.offset == TO_HIGH_WATERMARK {
                         hw
                     } else {
-                        p.offset
+                        Offset(p.offset)
                     };
-                    if before < 0 || before > hw {
+                    if before < Offset(0) || before > hw {
                         return Err(HelixError::OffsetOutOfRange);
                     }
                     part.delete_records(before).await
@@ -58,7 +59,7 @@ pub async fn delete_records(
             r.partition_index = index;
             r.low_watermark = -1;
             match wait.await {
-                Ok(Ok(low)) => r.low_watermark = low,
+                Ok(Ok(low)) => r.low_watermark = low.0,
                 Ok(Err(e)) => r.error_code = e.kafka_code(),
                 Err(_) => r.error_code = HelixError::ShuttingDown.kafka_code(),
             }
@@ -94,7 +95,7 @@ pub fn offset_for_leader_epoch(
                         // answers: a client's position (at most some
                         // leader's high watermark) is never beyond it.
                         r.leader_epoch = current;
-                        r.end_offset = part.log_end_offset();
+                        r.end_offset = part.log_end_offset().0;
                     } else {
                         // Acknowledged entries survive every leader change,
                         // so an epoch's end here is at or past any position a

@@ -314,7 +314,8 @@ async fn every_advertised_version_is_served_and_answers_without_error() {
             .expect("t")
             .local(0)
             .expect("local")
-            .high_watermark(),
+            .high_watermark()
+            .0,
         produced
     );
     assert_eq!(b.topic("cp").expect("cp").partitions.len(), 5);
@@ -574,7 +575,7 @@ async fn fetch_frames_carry_the_wal_slices_themselves() {
             let slice = topic
                 .local(i as i32)
                 .expect("partition")
-                .read(0, 1 << 20)
+                .read(crate::offset::Offset(0), 1 << 20)
                 .expect("wal read");
             assert!(!records.is_empty() && records == slice);
             assert_eq!(

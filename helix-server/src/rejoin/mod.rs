@@ -418,7 +418,7 @@ pub async fn finish_rejoin(
     let mut target = None;
     loop {
         let applied = controller.view().next_offset;
-        let log_end = controller.partition().log_end_offset();
+        let log_end = controller.partition().log_end_offset().0;
         match standing.finish_rejoin_when(&controller_dir, applied, log_end, &mut target) {
             Ok(true) => return,
             Ok(false) => {}

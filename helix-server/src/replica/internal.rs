@@ -16,6 +16,7 @@ use super::{Partition, batch};
 use crate::batcher::{PendingProduce, ProduceOutcome};
 use crate::budget::Backpressure;
 use crate::error::{HelixError, Result};
+use crate::offset::Offset;
 
 /// Bytes read per step while replaying.
 const READ_BYTES: usize = 1 << 20;
@@ -88,9 +89,9 @@ pub fn for_each_value(
     end: i64,
     mut visit: impl FnMut(i64, Bytes) -> Result<()>,
 ) -> Result<i64> {
-    let mut next = from.max(partition.log_start_offset());
+    let mut next = from.max(partition.log_start_offset().0);
     while next < end {
-        let mut chunk = partition.read(next, READ_BYTES)?;
+        let mut chunk = partition.read(Offset(next), READ_BYTES)?;
         if chunk.is_empty() {
             break;
         }

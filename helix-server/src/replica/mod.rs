@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::batcher::{BatchLimits, Batcher, PartitionCommand, PendingProduce};
 use crate::error::{HelixError, Result};
+use crate::offset::Offset;
 use raft::{GroupSpec, HardStateFile};
 use scan::MaxTimestamp;
 use state::PartitionState;
@@ -87,7 +88,7 @@ pub struct Published {
     /// Replaced when the log is reopened with new settings.
     pub reader: RwLock<LogReader>,
     /// Acknowledged end: what consumers may read, exclusive.
-    pub high_watermark: watch::Sender<i64>,
+    pub high_watermark: watch::Sender<Offset>,
     pub max_timestamp: Mutex<MaxTimestamp>,
     pub leadership: watch::Sender<Leadership>,
     /// In-sync replicas while this replica leads (empty otherwise).
@@ -272,7 +273,7 @@ pub fn recover(
     }
     let published = Arc::new(Published {
         reader: RwLock::new(log.reader()),
-        high_watermark: watch::channel(high_watermark).0,
+        high_watermark: watch::channel(Offset(high_watermark)).0,
         max_timestamp: Mutex::new(max_ts),
         leadership: watch::channel(Leadership::default()).0,
         isr: Mutex::new(Vec::new()),
@@ -316,13 +317,16 @@ impl Partition {
     }
 
     /// Moves the log start offset to `before` (DeleteRecords).
-    pub async fn delete_records(&self, before: i64) -> Result<i64> {
+    pub async fn delete_records(&self, before: Offset) -> Result<Offset> {
         let (reply, rx) = oneshot::channel();
         self.commands
-            .send(PartitionCommand::DeleteRecords { before, reply })
+            .send(PartitionCommand::DeleteRecords {
+                before: before.0,
+                reply,
+            })
             .await
             .map_err(|_| HelixError::ShuttingDown)?;
-        rx.await.map_err(|_| HelixError::ShuttingDown)?
+        rx.await.map_err(|_| HelixError::ShuttingDown)?.map(Offset)
     }
 
     /// Asks the replica to apply retention (fire and forget).
@@ -345,12 +349,12 @@ impl Partition {
     }
 
     /// The acknowledged end: what consumers may read, exclusive.
-    pub fn high_watermark(&self) -> i64 {
+    pub fn high_watermark(&self) -> Offset {
         *self.published.high_watermark.borrow()
     }
 
     /// A receiver that changes whenever the high watermark moves.
-    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
+    pub fn watch_high_watermark(&self) -> watch::Receiver<Offset> {
         self.published.high_watermark.subscribe()
     }
 
@@ -443,13 +447,13 @@ impl Partition {
         term_epoch(self.leadership().term)
     }
 
-    pub fn log_start_offset(&self) -> i64 {
-        self.reader().log_start_offset()
+    pub fn log_start_offset(&self) -> Offset {
+        Offset(self.reader().log_start_offset())
     }
 
     /// The end of this replica's WAL (Kafka's log end offset).
-    pub fn log_end_offset(&self) -> i64 {
-        self.reader().next_offset()
+    pub fn log_end_offset(&self) -> Offset {
+        Offset(self.reader().next_offset())
     }
 
     /// (base offset, timestamp) of the batch with the largest timestamp.
@@ -462,8 +466,8 @@ impl Partition {
     /// Between the high watermark and the log end the answer is empty, not
     /// out of range: a new leader may not have learned yet what its
     /// predecessor acknowledged (Kafka answers the same way).
-    pub fn read(&self, from: i64, max_bytes: usize) -> Result<Bytes> {
-        self.read_with(from, max_bytes, LogReader::read)
+    pub fn read(&self, from: Offset, max_bytes: usize) -> Result<Bytes> {
+        self.read_with(from.0, max_bytes, LogReader::read)
     }
 
     /// [`Partition::read`] through `wal_read` (the WAL's read, or the
@@ -474,7 +478,7 @@ impl Partition {
         max_bytes: usize,
         wal_read: fn(&LogReader, i64, usize) -> helix_wal::Result<helix_wal::ReadResult>,
     ) -> Result<Bytes> {
-        let hw = self.high_watermark();
+        let hw = self.high_watermark().0;
         let reader = self.reader();
         if from < reader.log_start_offset() || from > hw.max(reader.next_offset()) {
             return Err(HelixError::OffsetOutOfRange);
@@ -532,8 +536,8 @@ impl Partition {
     /// checked again on the stored bytes, even where this process verified
     /// them before. Damage is recorded as on any read (the replica takes no
     /// more writes; in a cluster it stands down).
-    pub fn scrub(&self, from: i64, max_bytes: usize) -> Result<Bytes> {
-        self.read_with(from, max_bytes, LogReader::reverify)
+    pub fn scrub(&self, from: Offset, max_bytes: usize) -> Result<Bytes> {
+        self.read_with(from.0, max_bytes, LogReader::reverify)
     }
 
     /// The current reader handle (cheap: a clone of an `Arc`).

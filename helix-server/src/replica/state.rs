@@ -28,6 +28,7 @@ use super::{Leadership, Published};
 use crate::batcher::{PartitionCommand, PendingProduce, ProduceAck, Work};
 use crate::error::{HelixError, Result};
 use crate::metrics::{Metrics, Stage, metrics};
+use crate::offset::Offset;
 
 /// One replica's state outside Raft. Owned by a shard thread.
 pub struct PartitionState {
@@ -326,8 +327,8 @@ impl PartitionState {
                             let stored = offsets.next().unwrap_or(-1);
                             if stored == base_offset {
                                 Ok(ProduceAck {
-                                    base_offset,
-                                    log_start_offset: log_start,
+                                    base_offset: Offset(base_offset),
+                                    log_start_offset: Offset(log_start),
                                     duplicate: false,
                                 })
                             } else {
@@ -343,8 +344,8 @@ impl PartitionState {
                             }
                         }
                         Decision::Duplicate { base_offset } => Ok(ProduceAck {
-                            base_offset,
-                            log_start_offset: log_start,
+                            base_offset: Offset(base_offset),
+                            log_start_offset: Offset(log_start),
                             duplicate: true,
                         }),
                         Decision::Reject(err) => Err(err),
@@ -400,9 +401,9 @@ impl PartitionState {
             metrics().record(Stage::Ack, at.elapsed());
         }
         self.published.high_watermark.send_if_modified(|hw| {
-            let moved = u.end_offset > *hw;
+            let moved = u.end_offset > hw.0;
             if moved {
-                *hw = u.end_offset;
+                *hw = Offset(u.end_offset);
             }
             moved
         });
@@ -510,7 +511,7 @@ impl PartitionState {
                 .lock()
                 .map(|m| *m)
                 .unwrap_or(None),
-            acknowledged_offset: *self.published.high_watermark.borrow(),
+            acknowledged_offset: self.published.high_watermark.borrow().0,
         };
         if let Err(e) = snapshot.save(&self.dir) {
             tracing::warn!(error = %e, "saving the state snapshot failed");
