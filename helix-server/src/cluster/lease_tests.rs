@@ -125,7 +125,12 @@ async fn a_cut_off_leader_stops_naming_itself_and_answers_point_to_the_new_leade
     assert_eq!((hinted, hinted_epoch), (new as i32, epoch));
     assert_eq!(endpoints, vec![new as i32]);
     let id = c.broker(follower).topic("l").expect("topic").id;
-    let resp = fetch::handle(c.broker(follower), fetch_request("l", id), 16).await;
+    let resp = fetch::handle(
+        crate::kafka::context::Partitions::of(c.broker(follower)),
+        fetch_request("l", id),
+        16,
+    )
+    .await;
     let p = &resp.responses[0].partitions[0];
     assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER);
     assert_eq!(p.current_leader.leader_id, BrokerId(new as i32));
@@ -135,7 +140,12 @@ async fn a_cut_off_leader_stops_naming_itself_and_answers_point_to_the_new_leade
     assert_eq!(ep[0].node_id, BrokerId(new as i32));
     assert_eq!(ep[0].port, 19000 + new as i32, "the node's Kafka address");
     // Versions before the hints exist carry none (the codec drops them).
-    let resp = fetch::handle(c.broker(follower), fetch_request("l", id), 15).await;
+    let resp = fetch::handle(
+        crate::kafka::context::Partitions::of(c.broker(follower)),
+        fetch_request("l", id),
+        15,
+    )
+    .await;
     assert!(resp.node_endpoints.is_empty());
     c.close().await;
 }

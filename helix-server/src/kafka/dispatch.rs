@@ -19,6 +19,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Decodable;
 
+use super::context::Partitions;
 use super::segmented::{self, Frame, encode};
 use super::{
     api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce, records,
@@ -233,9 +234,9 @@ async fn route(
         RequestKind::Metadata(req) => {
             r.answer(async move { ResponseKind::Metadata(metadata::handle(&b, req, v).await) })
         }
-        RequestKind::ListOffsets(req) => {
-            r.answer(async move { ResponseKind::ListOffsets(list_offsets::handle(&b, req, v)) })
-        }
+        RequestKind::ListOffsets(req) => r.answer(async move {
+            ResponseKind::ListOffsets(list_offsets::handle(Partitions::of(&b), req, v))
+        }),
         RequestKind::CreateTopics(req) => {
             r.answer(
                 async move { ResponseKind::CreateTopics(topics::create_topics(&b, req, v).await) },
@@ -264,13 +265,14 @@ async fn route(
         RequestKind::DescribeCluster(req) => r.answer(async move {
             ResponseKind::DescribeCluster(describe_cluster::describe(&b, req, v))
         }),
-        RequestKind::DeleteRecords(req) => {
-            r.answer(
-                async move { ResponseKind::DeleteRecords(records::delete_records(&b, req).await) },
-            )
-        }
+        RequestKind::DeleteRecords(req) => r.answer(async move {
+            ResponseKind::DeleteRecords(records::delete_records(Partitions::of(&b), req).await)
+        }),
         RequestKind::OffsetForLeaderEpoch(req) => r.answer(async move {
-            ResponseKind::OffsetForLeaderEpoch(records::offset_for_leader_epoch(&b, req))
+            ResponseKind::OffsetForLeaderEpoch(records::offset_for_leader_epoch(
+                Partitions::of(&b),
+                req,
+            ))
         }),
         RequestKind::OffsetCommit(req) => offset_commit(b, r, req, peer)?,
         other => group_call(b, r, other, peer)?,
@@ -281,7 +283,7 @@ async fn route(
 /// a response body; its error codes are counted here.
 fn fetch_answer(b: Arc<Broker>, r: Request, req: FetchRequest) -> PendingResponse {
     Box::pin(async move {
-        let resp = fetch::handle(&b, req, r.version).await;
+        let resp = fetch::handle(Partitions::of(&b), req, r.version).await;
         crate::metrics::metrics().requests.fetch_answered(
             std::iter::once(resp.error_code).chain(
                 resp.responses

@@ -14,11 +14,11 @@ use kafka_protocol::messages::fetch_response::{
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::task::JoinSet;
 
+use super::context::Partitions;
 use super::leader_hint::{self, NamedLeaders};
 use super::legacy;
 use super::metadata::broker_id;
 use super::wire_str;
-use crate::broker::Broker;
 use crate::metrics::{Metrics, metrics};
 use crate::offset::Offset;
 use crate::topics::{Topic, replica};
@@ -31,40 +31,44 @@ const KIP_951_FETCH: i16 = 16;
 /// Longest long-poll honoured, whatever the client asks.
 const MAX_WAIT: Duration = Duration::from_secs(30);
 
-pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
+pub async fn handle(node: Partitions<'_>, req: FetchRequest, version: i16) -> FetchResponse {
     Metrics::count(&metrics().counters.fetch_requests, 1);
     let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
     let deadline = tokio::time::Instant::now() + wait;
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
     loop {
-        let (resp, bytes, any_error) = read_once(broker, &req, version);
+        let (resp, bytes, any_error) = read_once(node, &req, version);
         if bytes >= min_bytes.max(1) || any_error || tokio::time::Instant::now() >= deadline {
             return resp;
         }
-        if !wait_for_new_data(broker, &req, &resp, version, deadline).await {
-            return read_once(broker, &req, version).0;
+        if !wait_for_new_data(node, &req, &resp, version, deadline).await {
+            return read_once(node, &req, version).0;
         }
     }
 }
 
-fn resolve(broker: &Broker, name: &str, id: uuid::Uuid, version: i16) -> Option<Arc<Topic>> {
+fn resolve(node: Partitions<'_>, name: &str, id: uuid::Uuid, version: i16) -> Option<Arc<Topic>> {
     if version >= 13 {
-        broker.topic_by_id(id)
+        node.topic_by_id(id)
     } else {
-        broker.topic(name)
+        node.topic(name)
     }
 }
 
 /// One pass over the requested partitions. Returns the response, the record
 /// bytes in it, and whether any partition has an error.
-fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchResponse, usize, bool) {
+fn read_once(
+    node: Partitions<'_>,
+    req: &FetchRequest,
+    version: i16,
+) -> (FetchResponse, usize, bool) {
     let mut resp = FetchResponse::default();
     let mut budget = usize::try_from(req.max_bytes).unwrap_or(0);
     let mut total = 0usize;
     let mut any_error = false;
     let mut named = NamedLeaders::default();
     for ft in &req.topics {
-        let topic = resolve(broker, &ft.topic, ft.topic_id, version);
+        let topic = resolve(node, &ft.topic, ft.topic_id, version);
         let mut out = FetchableTopicResponse::default();
         out.topic = ft.topic.clone();
         out.topic_id = ft.topic_id;
@@ -81,8 +85,11 @@ fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchRespons
                     pd.high_watermark = -1;
                     any_error = true;
                     if version >= KIP_951_FETCH && leader_hint::fetch_wants_hint(&e) {
-                        let hint =
-                            leader_hint::current_leader(broker, topic.as_deref(), fp.partition);
+                        let hint = leader_hint::current_leader(
+                            node.cluster,
+                            topic.as_deref(),
+                            fp.partition,
+                        );
                         if let Some((leader, epoch)) = hint {
                             named.add(leader);
                             pd.current_leader = LeaderIdAndEpoch::default()
@@ -138,7 +145,7 @@ fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchRespons
         resp.responses.push(out);
     }
     resp.node_endpoints = named
-        .members(broker)
+        .members(node.cluster)
         .into_iter()
         .map(|m| {
             NodeEndpoint::default()
@@ -154,7 +161,7 @@ fn read_once(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchRespons
 /// `seen` (the last answer built) reported, or the deadline passes.
 /// Returns false at the deadline.
 async fn wait_for_new_data(
-    broker: &Broker,
+    node: Partitions<'_>,
     req: &FetchRequest,
     seen: &FetchResponse,
     version: i16,
@@ -162,7 +169,7 @@ async fn wait_for_new_data(
 ) -> bool {
     let mut watchers = JoinSet::new();
     for (ft, seen_topic) in req.topics.iter().zip(&seen.responses) {
-        let Some(topic) = resolve(broker, &ft.topic, ft.topic_id, version) else {
+        let Some(topic) = resolve(node, &ft.topic, ft.topic_id, version) else {
             continue;
         };
         for (fp, seen_partition) in ft.partitions.iter().zip(&seen_topic.partitions) {

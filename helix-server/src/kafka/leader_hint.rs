@@ -11,7 +11,7 @@
 
 use helix_raft::NodeId;
 
-use crate::broker::Broker;
+use crate::cluster::ClusterState;
 use crate::cluster::Member;
 use crate::error::HelixError;
 use crate::replica::term_epoch;
@@ -19,12 +19,15 @@ use crate::topics::Topic;
 
 /// The leader a client should go to for partition `index` of `topic`, with
 /// its epoch; None while unknown.
-pub fn current_leader(broker: &Broker, topic: Option<&Topic>, index: i32) -> Option<(NodeId, i32)> {
+pub fn current_leader(
+    cluster: &ClusterState,
+    topic: Option<&Topic>,
+    index: i32,
+) -> Option<(NodeId, i32)> {
     let p = usize::try_from(index)
         .ok()
         .and_then(|i| topic?.partitions.get(i))?;
-    broker
-        .cluster
+    cluster
         .leadership(p.group, p.local.as_deref())
         .map(|l| (l.leader, term_epoch(l.term)))
 }
@@ -55,11 +58,11 @@ impl NamedLeaders {
     }
 
     /// The members named, in id order (unknown ids are left out).
-    pub fn members<'a>(&self, broker: &'a Broker) -> Vec<&'a Member> {
+    pub fn members<'a>(&self, cluster: &'a ClusterState) -> Vec<&'a Member> {
         let mut out: Vec<&Member> = self
             .nodes
             .iter()
-            .filter_map(|n| broker.cluster.member(*n))
+            .filter_map(|n| cluster.member(*n))
             .collect();
         out.sort_by_key(|m| m.id);
         out

@@ -7,14 +7,12 @@
 //! the same lookup finds for v1+ (latest: the high watermark; earliest: the
 //! log start), which is all that clients of that era ask for.
 
-use std::sync::Arc;
-
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use crate::broker::Broker;
+use super::context::Partitions;
 use crate::error::HelixError;
 use crate::offset::Offset;
 use crate::replica::Partition;
@@ -27,10 +25,10 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
-pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+pub fn handle(node: Partitions<'_>, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
-        let topic = broker.topic(&t.name);
+        let topic = node.topic(&t.name);
         let mut out = ListOffsetsTopicResponse::default();
         out.name = t.name.clone();
         for p in t.partitions {

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod api_versions;
 pub mod configs;
 pub mod connection;
+pub mod context;
 pub mod describe_cluster;
 pub mod dispatch;
 pub mod fetch;

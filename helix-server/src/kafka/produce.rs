@@ -318,8 +318,11 @@ pub async fn enqueue(
                         r.error_code = e.kafka_code();
                         r.error_message = Some(wire_str(&e.message()));
                         if version >= KIP_951_PRODUCE && leader_hint::produce_wants_hint(&e) {
-                            let hint =
-                                leader_hint::current_leader(&broker, topic.as_deref(), index);
+                            let hint = leader_hint::current_leader(
+                                &broker.cluster,
+                                topic.as_deref(),
+                                index,
+                            );
                             if let Some((leader, epoch)) = hint {
                                 named.add(leader);
                                 r.current_leader = LeaderIdAndEpoch::default()
@@ -339,7 +342,7 @@ pub async fn enqueue(
             resp.responses.push(t);
         }
         resp.node_endpoints = named
-            .members(&broker)
+            .members(&broker.cluster)
             .into_iter()
             .map(|m| {
                 NodeEndpoint::default()

@@ -2,8 +2,6 @@
 //! appends through the partition's Raft log) and OffsetForLeaderEpoch
 //! (answered from the leader epochs stored in the log: epoch = Raft term).
 
-use std::sync::Arc;
-
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
@@ -15,7 +13,7 @@ use kafka_protocol::messages::{
     OffsetForLeaderEpochResponse,
 };
 
-use crate::broker::Broker;
+use super::context::Partitions;
 use crate::error::HelixError;
 use crate::offset::Offset;
 use crate::topics::replica;
@@ -24,12 +22,12 @@ use crate::topics::replica;
 const TO_HIGH_WATERMARK: i64 = -1;
 
 pub async fn delete_records(
-    broker: &Arc<Broker>,
+    node: Partitions<'_>,
     req: DeleteRecordsRequest,
 ) -> DeleteRecordsResponse {
     let mut resp = DeleteRecordsResponse::default();
     for t in req.topics {
-        let topic = broker.topic(&t.name);
+        let topic = node.topic(&t.name);
         let mut out = DeleteRecordsTopicResult::default();
         out.name = t.name.clone();
         // Every partition's deletion is started before any is awaited.
@@ -71,12 +69,12 @@ pub async fn delete_records(
 }
 
 pub fn offset_for_leader_epoch(
-    broker: &Arc<Broker>,
+    node: Partitions<'_>,
     req: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
     let mut resp = OffsetForLeaderEpochResponse::default();
     for t in req.topics {
-        let topic = broker.topic(&t.topic);
+        let topic = node.topic(&t.topic);
         let mut out = OffsetForLeaderTopicResult::default();
         out.topic = t.topic.clone();
         for p in t.partitions {

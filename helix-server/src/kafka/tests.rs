@@ -568,7 +568,7 @@ async fn fetch_frames_carry_the_wal_slices_themselves() {
         second.partition = 1;
         f.topics[0].topic = wire_topic("z");
         f.topics[0].partitions.push(second);
-        let resp = super::fetch::handle(&b, f, version).await;
+        let resp = super::fetch::handle(super::context::Partitions::of(&b), f, version).await;
         let mut wal = Vec::new();
         for (i, p) in resp.responses[0].partitions.iter().enumerate() {
             let records = p.records.clone().expect("records");
