@@ -50,7 +50,7 @@ pub struct Broker {
     /// The peer transport (a single node has none).
     pub transport: Option<Transport>,
     /// Producer ids for idempotent producers.
-    producer_ids: Arc<ProducerIds>,
+    pub producer_ids: Arc<ProducerIds>,
     /// Creating, deleting and reconfiguring topics.
     pub admin: TopicAdmin,
 }
@@ -224,11 +224,6 @@ impl Broker {
         self.cluster
             .controller(self.controller.partition())
             .unwrap_or(self.cluster.me)
-    }
-
-    /// InitProducerId without a transactional id: a fresh id, epoch 0.
-    pub async fn next_producer_id(&self) -> Result<i64> {
-        self.producer_ids.next().await
     }
 
     /// Applies every topic's retention settings to its local replicas.

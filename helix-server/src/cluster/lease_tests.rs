@@ -53,11 +53,15 @@ fn fetch_request(topic: &str, id: uuid::Uuid) -> FetchRequest {
 
 /// (error, hinted leader, hinted epoch, endpoint ids) of a Produce v10.
 async fn produce_v10(b: &Arc<Broker>, topic: &str) -> (i16, i32, i32, Vec<i32>) {
-    let resp = produce::enqueue(b, produce_request(topic), 10)
-        .await
-        .await
-        .expect("answered")
-        .expect("acks=all has an answer");
+    let resp = produce::enqueue(
+        crate::kafka::context::Producing::of(b),
+        produce_request(topic),
+        10,
+    )
+    .await
+    .await
+    .expect("answered")
+    .expect("acks=all has an answer");
     let r = &resp.responses[0].partition_responses[0];
     (
         r.error_code,

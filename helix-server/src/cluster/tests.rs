@@ -233,7 +233,7 @@ async fn producer_ids_come_in_disjoint_blocks_from_the_controller() {
     let mut all = Vec::new();
     for id in c.ids() {
         for _ in 0..3 {
-            all.push(c.broker(id).next_producer_id().await.expect("producer id"));
+            all.push(c.broker(id).producer_ids.next().await.expect("producer id"));
         }
     }
     let mut unique = all.clone();
@@ -255,13 +255,13 @@ async fn a_node_cut_off_from_the_controller_answers_producer_ids_retriably() {
     // The node fetched a block when it started (and one more ahead when it
     // runs low): those are handed out while it is cut off, then it has none.
     wait_until("the first producer id block", || {
-        futures_now(c.broker(cut).next_producer_id()).is_ok()
+        futures_now(c.broker(cut).producer_ids.next()).is_ok()
     })
     .await;
     c.isolate(cut);
     let mut handed_out = 1;
     let err = loop {
-        match c.broker(cut).next_producer_id().await {
+        match c.broker(cut).producer_ids.next().await {
             Ok(_) => handed_out += 1,
             Err(e) => break e,
         }
@@ -278,7 +278,7 @@ async fn a_node_cut_off_from_the_controller_answers_producer_ids_retriably() {
     c.heal();
     let mut id = Err(err);
     for _ in 0..50 {
-        id = c.broker(cut).next_producer_id().await;
+        id = c.broker(cut).producer_ids.next().await;
         if id.is_ok() {
             break;
         }

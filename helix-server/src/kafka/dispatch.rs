@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Decodable;
 
-use super::context::Partitions;
+use super::context::{Partitions, Producing};
 use super::segmented::{self, Frame, encode};
 use super::{
     api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce, records,
@@ -219,7 +219,7 @@ async fn route(
     let v = r.version;
     Ok(match kind {
         RequestKind::Produce(req) => {
-            let waiting = produce::enqueue(&b, req, v).await;
+            let waiting = produce::enqueue(Producing::of(&b), req, v).await;
             Box::pin(async move {
                 match waiting.await? {
                     Some(resp) => r.respond(ResponseKind::Produce(resp)),
@@ -260,7 +260,7 @@ async fn route(
             ResponseKind::IncrementalAlterConfigs(configs::incremental_alter(&b, req).await)
         }),
         RequestKind::InitProducerId(req) => r.answer(async move {
-            ResponseKind::InitProducerId(produce::init_producer_id(&b, req).await)
+            ResponseKind::InitProducerId(produce::init_producer_id(Producing::of(&b), req).await)
         }),
         RequestKind::DescribeCluster(req) => r.answer(async move {
             ResponseKind::DescribeCluster(describe_cluster::describe(&b, req, v))

@@ -20,14 +20,14 @@ use kafka_protocol::messages::{
 };
 use tokio::sync::oneshot;
 
+use super::context::Producing;
 use super::leader_hint::{self, NamedLeaders};
 use super::legacy;
 use super::metadata::broker_id;
 use super::wire_str;
 use crate::batcher::{PendingProduce, ProduceOutcome};
-use crate::broker::Broker;
+use crate::budget::Backpressure;
 use crate::clock::now_ms;
-use crate::config::BackpressureMode;
 use crate::controller::topic_config::EffectiveConfig;
 use crate::error::{HelixError, code};
 use crate::metrics::{Metrics, metrics};
@@ -137,7 +137,7 @@ impl Seen {
 
 /// What every partition of one request shares while it is admitted.
 struct Admission<'a> {
-    broker: &'a Arc<Broker>,
+    node: Producing<'a>,
     version: i16,
     acks: i16,
     throttling: bool,
@@ -187,11 +187,13 @@ impl Admission<'_> {
         // codec may have made them larger than sent). However long it takes
         // (ADR 0011): the read loop reads nothing meanwhile.
         let size: usize = batches.iter().map(|b| b.bytes.len()).sum();
-        let room = self.broker.backpressure.acquire(size).await?;
+        let room = self.node.backpressure.acquire(size).await?;
         if self.throttling {
             // Measured while this request holds its room: the load it adds
             // counts against it.
-            self.throttle_time_ms = self.throttle_time_ms.max(throttle_ms(self.broker));
+            self.throttle_time_ms = self
+                .throttle_time_ms
+                .max(throttle_ms(self.node.backpressure));
         }
         let (reply, rx) = if self.acks == 0 {
             (None, None)
@@ -215,7 +217,7 @@ impl Admission<'_> {
 /// Validates and queues; returns the future of the response (None for
 /// acks=0, an error when an acks=0 request failed: the connection closes).
 pub async fn enqueue(
-    broker: &Arc<Broker>,
+    node: Producing<'_>,
     req: ProduceRequest,
     version: i16,
 ) -> impl Future<Output = Result<Option<ProduceResponse>, HelixError>> + Send + use<> {
@@ -224,18 +226,18 @@ pub async fn enqueue(
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).max(MIN_PRODUCE_TIMEOUT);
     Metrics::count(&metrics().counters.produce_requests, 1);
     let mut admission = Admission {
-        broker,
+        node,
         version,
         acks,
-        throttling: broker.config.backpressure_mode == BackpressureMode::Throttle,
+        throttling: node.throttling,
         throttle_time_ms: 0,
     };
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for td in req.topic_data {
         let topic = if version >= 13 {
-            broker.topic_by_id(td.topic_id)
+            node.topics.by_id(td.topic_id)
         } else {
-            broker.topic(&td.name)
+            node.topics.get(&td.name)
         };
         let mut slots = Vec::with_capacity(td.partition_data.len());
         for pd in td.partition_data {
@@ -252,7 +254,7 @@ pub async fn enqueue(
         topics.push((td.name, td.topic_id, topic, slots));
     }
     let throttle_time_ms = admission.throttle_time_ms;
-    let broker = Arc::clone(broker);
+    let cluster = Arc::clone(node.cluster);
     async move {
         if acks == 0 {
             // Nobody reads an acks=0 answer: as Kafka does, a failed
@@ -318,11 +320,8 @@ pub async fn enqueue(
                         r.error_code = e.kafka_code();
                         r.error_message = Some(wire_str(&e.message()));
                         if version >= KIP_951_PRODUCE && leader_hint::produce_wants_hint(&e) {
-                            let hint = leader_hint::current_leader(
-                                &broker.cluster,
-                                topic.as_deref(),
-                                index,
-                            );
+                            let hint =
+                                leader_hint::current_leader(&cluster, topic.as_deref(), index);
                             if let Some((leader, epoch)) = hint {
                                 named.add(leader);
                                 r.current_leader = LeaderIdAndEpoch::default()
@@ -342,7 +341,7 @@ pub async fn enqueue(
             resp.responses.push(t);
         }
         resp.node_endpoints = named
-            .members(&broker.cluster)
+            .members(&cluster)
             .into_iter()
             .map(|m| {
                 NodeEndpoint::default()
@@ -356,14 +355,14 @@ pub async fn enqueue(
 }
 
 /// The node's current throttle (ADR 0011) in whole milliseconds.
-pub fn throttle_ms(broker: &Broker) -> i32 {
-    i32::try_from(broker.backpressure.throttle().as_millis()).unwrap_or(i32::MAX)
+pub fn throttle_ms(backpressure: &Backpressure) -> i32 {
+    i32::try_from(backpressure.throttle().as_millis()).unwrap_or(i32::MAX)
 }
 
 /// InitProducerId for idempotent producers. A transactional id is refused:
 /// transactions are not served yet.
 pub async fn init_producer_id(
-    broker: &Arc<Broker>,
+    node: Producing<'_>,
     req: InitProducerIdRequest,
 ) -> InitProducerIdResponse {
     let mut resp = InitProducerIdResponse::default();
@@ -376,7 +375,7 @@ pub async fn init_producer_id(
     // A client that already has an id (KIP-360 epoch bump after an error)
     // gets a fresh id: simpler than bumping, and equally safe because
     // sequence state is per producer id.
-    match broker.next_producer_id().await {
+    match node.producer_ids.next().await {
         Ok(id) => {
             resp.producer_id = ProducerId(id);
             resp.producer_epoch = 0;
