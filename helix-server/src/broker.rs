@@ -22,7 +22,7 @@ use crate::controller::{TopicRecord, applier};
 use crate::error::{HelixError, Result};
 use crate::host::{HostSettings, ReplicaHost};
 use crate::replica::raft::RaftSettings;
-use crate::topics::{LogShared, ReplicaFactory, Topic, TopicTable};
+use crate::topics::{LogShared, ReplicaFactory, TopicTable};
 use crate::transport::{Transport, TransportConfig};
 
 /// How often retention is applied to every partition.
@@ -203,27 +203,11 @@ impl Broker {
         }))
     }
 
-    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+    /// The tests' way to a topic (handlers reach topics through their
+    /// narrow contexts, `kafka::context`).
+    #[cfg(test)]
+    pub fn topic(&self, name: &str) -> Option<Arc<crate::topics::Topic>> {
         self.topics.get(name)
-    }
-
-    pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<Arc<Topic>> {
-        self.topics.by_id(id)
-    }
-
-    /// Every topic, sorted by name.
-    pub fn all_topics(&self) -> Vec<Arc<Topic>> {
-        self.topics.all()
-    }
-
-    /// The controller as clients are told: group 0's leader, or this node
-    /// while that is unknown. Any node takes admin requests (it forwards
-    /// controller commands), as KRaft brokers do (KIP-590), so a client
-    /// never waits for an election to send one.
-    pub fn controller_id(&self) -> NodeId {
-        self.cluster
-            .controller(self.controller.partition())
-            .unwrap_or(self.cluster.me)
     }
 
     /// Applies every topic's retention settings to its local replicas.

@@ -246,7 +246,9 @@ async fn producer_ids_come_in_disjoint_blocks_from_the_controller() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_from_the_controller_answers_producer_ids_retriably() {
     let c = TestCluster::start(3).await;
-    let controller = c.broker(1).controller_id().0;
+    let controller = crate::kafka::context::Routing::of(c.broker(1))
+        .controller_id()
+        .0;
     let cut = c
         .ids()
         .into_iter()

@@ -2,7 +2,6 @@
 //! DescribeConfigs also shows this broker's settings (read-only).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::describe_configs_response::{
@@ -13,8 +12,8 @@ use kafka_protocol::messages::{
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 
+use super::context::Administering;
 use super::wire_str;
-use crate::broker::Broker;
 use crate::controller::topic_config::{self, ConfigSource, ConfigType};
 use crate::error::HelixError;
 
@@ -28,7 +27,7 @@ const TYPE_LONG: i8 = ConfigType::Long as i8;
 const TYPE_LIST: i8 = ConfigType::List as i8;
 
 pub fn describe(
-    broker: &Arc<Broker>,
+    node: Administering<'_>,
     req: DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
@@ -38,8 +37,8 @@ pub fn describe(
         out.resource_type = res.resource_type;
         out.resource_name = res.resource_name.clone();
         let entries = match res.resource_type {
-            RESOURCE_TOPIC => topic_entries(broker, &res.resource_name),
-            RESOURCE_BROKER => broker_entries(broker, &res.resource_name),
+            RESOURCE_TOPIC => topic_entries(node, &res.resource_name),
+            RESOURCE_BROKER => broker_entries(node, &res.resource_name),
             other => Err(HelixError::InvalidRequest(format!("resource type {other}"))),
         };
         match entries {
@@ -72,12 +71,12 @@ pub fn describe(
 
 type Entry = (String, String, ConfigSource, bool, i8);
 
-fn topic_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, HelixError> {
-    let topic = broker
+fn topic_entries(node: Administering<'_>, name: &str) -> Result<Vec<Entry>, HelixError> {
+    let topic = node
         .topic(name)
         .ok_or(HelixError::UnknownTopicOrPartition)?;
     Ok(
-        topic_config::describe(&topic.configs, &broker.config, topic.replication_factor())
+        topic_config::describe(&topic.configs, node.config, topic.replication_factor())
             .map(|(d, value, source)| {
                 (
                     d.name.to_string(),
@@ -91,8 +90,8 @@ fn topic_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, HelixError> 
     )
 }
 
-fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, HelixError> {
-    let c = &broker.config;
+fn broker_entries(node: Administering<'_>, name: &str) -> Result<Vec<Entry>, HelixError> {
+    let c = node.config;
     if !name.is_empty() && name != c.node_id.to_string() {
         return Err(HelixError::InvalidRequest(format!(
             "broker {name} is not this node"
@@ -161,7 +160,7 @@ fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, HelixError>
 }
 
 /// AlterConfigs replaces a topic's whole set of overrides.
-pub async fn alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterConfigsResponse {
+pub async fn alter(node: Administering<'_>, req: AlterConfigsRequest) -> AlterConfigsResponse {
     let mut resp = AlterConfigsResponse::default();
     for res in req.resources {
         let mut configs = BTreeMap::new();
@@ -172,8 +171,7 @@ pub async fn alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterConfi
         }
         let result = match res.resource_type {
             RESOURCE_TOPIC => {
-                broker
-                    .admin
+                node.admin
                     .set_topic_configs(&res.resource_name, configs, req.validate_only)
                     .await
             }
@@ -192,7 +190,7 @@ const OP_DELETE: i8 = 1;
 
 /// IncrementalAlterConfigs: SET and DELETE on top of the current overrides.
 pub async fn incremental_alter(
-    broker: &Arc<Broker>,
+    node: Administering<'_>,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     let mut resp = IncrementalAlterConfigsResponse::default();
@@ -203,7 +201,7 @@ pub async fn incremental_alter(
                     "only topic configs can be altered".into(),
                 ));
             }
-            let topic = broker
+            let topic = node
                 .topic(&res.resource_name)
                 .ok_or(HelixError::UnknownTopicOrPartition)?;
             let mut configs = topic.configs.clone();
@@ -223,8 +221,7 @@ pub async fn incremental_alter(
                     }
                 }
             }
-            broker
-                .admin
+            node.admin
                 .set_topic_configs(&res.resource_name, configs, req.validate_only)
                 .await
         }

@@ -5,11 +5,15 @@
 
 use std::sync::Arc;
 
+use helix_raft::NodeId;
+
+use crate::admin::TopicAdmin;
 use crate::broker::Broker;
 use crate::budget::Backpressure;
 use crate::cluster::ClusterState;
-use crate::config::BackpressureMode;
+use crate::config::{BackpressureMode, Config};
 use crate::controller::producer_ids::ProducerIds;
+use crate::controller::service::Controller;
 use crate::topics::{Topic, TopicTable};
 
 /// The data plane's view (Fetch, ListOffsets, DeleteRecords,
@@ -61,5 +65,74 @@ impl<'a> Producing<'a> {
             throttling: broker.config.backpressure_mode == BackpressureMode::Throttle,
             producer_ids: &broker.producer_ids,
         }
+    }
+}
+
+/// What topic administration needs (CreateTopics, DeleteTopics,
+/// CreatePartitions, DescribeConfigs, AlterConfigs,
+/// IncrementalAlterConfigs): the topics as this node knows them, the admin
+/// service that changes them through the controller, and the node's
+/// settings (the defaults a topic's configs fall back to).
+#[derive(Clone, Copy)]
+pub struct Administering<'a> {
+    pub topics: &'a TopicTable,
+    pub admin: &'a TopicAdmin,
+    pub config: &'a Config,
+}
+
+impl<'a> Administering<'a> {
+    pub fn of(broker: &'a Broker) -> Administering<'a> {
+        Administering {
+            topics: &broker.topics,
+            admin: &broker.admin,
+            config: &broker.config,
+        }
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.get(name)
+    }
+}
+
+/// What the routing answers need (Metadata, DescribeCluster): the cluster
+/// view (members, liveness, leaders), the topics, the admin service (a
+/// Metadata request may create a topic), the controller (whether this
+/// node has caught up with its log, who leads it) and the cluster id.
+#[derive(Clone, Copy)]
+pub struct Routing<'a> {
+    pub cluster: &'a ClusterState,
+    pub topics: &'a TopicTable,
+    pub admin: &'a TopicAdmin,
+    pub controller: &'a Controller,
+    pub cluster_id: &'a str,
+}
+
+impl<'a> Routing<'a> {
+    pub fn of(broker: &'a Broker) -> Routing<'a> {
+        Routing {
+            cluster: &broker.cluster,
+            topics: &broker.topics,
+            admin: &broker.admin,
+            controller: &broker.controller,
+            cluster_id: &broker.cluster_id,
+        }
+    }
+
+    /// The controller as clients are told: group 0's leader, or this node
+    /// while that is unknown. Any node takes admin requests (it forwards
+    /// controller commands), as KRaft brokers do (KIP-590), so a client
+    /// never waits for an election to send one.
+    pub fn controller_id(&self) -> NodeId {
+        self.cluster
+            .controller(self.controller.partition())
+            .unwrap_or(self.cluster.me)
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<Arc<Topic>> {
+        self.topics.by_id(id)
     }
 }

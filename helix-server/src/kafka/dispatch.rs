@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Decodable;
 
-use super::context::{Partitions, Producing};
+use super::context::{Administering, Partitions, Producing, Routing};
 use super::segmented::{self, Frame, encode};
 use super::{
     api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce, records,
@@ -27,6 +27,7 @@ use super::{
 };
 use crate::broker::Broker;
 use crate::error::Result;
+use crate::group::service::GroupService;
 
 /// A response still being computed: resolves to the encoded frame, or
 /// None when the request gets no response (Produce with acks=0); an error
@@ -231,39 +232,39 @@ async fn route(
         RequestKind::ApiVersions(_) => {
             r.answer(async move { ResponseKind::ApiVersions(api_versions::response(false)) })
         }
-        RequestKind::Metadata(req) => {
-            r.answer(async move { ResponseKind::Metadata(metadata::handle(&b, req, v).await) })
-        }
+        RequestKind::Metadata(req) => r.answer(async move {
+            ResponseKind::Metadata(metadata::handle(Routing::of(&b), req, v).await)
+        }),
         RequestKind::ListOffsets(req) => r.answer(async move {
             ResponseKind::ListOffsets(list_offsets::handle(Partitions::of(&b), req, v))
         }),
-        RequestKind::CreateTopics(req) => {
-            r.answer(
-                async move { ResponseKind::CreateTopics(topics::create_topics(&b, req, v).await) },
-            )
-        }
-        RequestKind::DeleteTopics(req) => {
-            r.answer(
-                async move { ResponseKind::DeleteTopics(topics::delete_topics(&b, req, v).await) },
-            )
-        }
-        RequestKind::CreatePartitions(req) => r.answer(async move {
-            ResponseKind::CreatePartitions(topics::create_partitions(&b, req).await)
+        RequestKind::CreateTopics(req) => r.answer(async move {
+            ResponseKind::CreateTopics(topics::create_topics(Administering::of(&b), req, v).await)
         }),
-        RequestKind::DescribeConfigs(req) => {
-            r.answer(async move { ResponseKind::DescribeConfigs(configs::describe(&b, req, v)) })
-        }
-        RequestKind::AlterConfigs(req) => {
-            r.answer(async move { ResponseKind::AlterConfigs(configs::alter(&b, req).await) })
-        }
+        RequestKind::DeleteTopics(req) => r.answer(async move {
+            ResponseKind::DeleteTopics(topics::delete_topics(Administering::of(&b), req, v).await)
+        }),
+        RequestKind::CreatePartitions(req) => r.answer(async move {
+            ResponseKind::CreatePartitions(
+                topics::create_partitions(Administering::of(&b), req).await,
+            )
+        }),
+        RequestKind::DescribeConfigs(req) => r.answer(async move {
+            ResponseKind::DescribeConfigs(configs::describe(Administering::of(&b), req, v))
+        }),
+        RequestKind::AlterConfigs(req) => r.answer(async move {
+            ResponseKind::AlterConfigs(configs::alter(Administering::of(&b), req).await)
+        }),
         RequestKind::IncrementalAlterConfigs(req) => r.answer(async move {
-            ResponseKind::IncrementalAlterConfigs(configs::incremental_alter(&b, req).await)
+            ResponseKind::IncrementalAlterConfigs(
+                configs::incremental_alter(Administering::of(&b), req).await,
+            )
         }),
         RequestKind::InitProducerId(req) => r.answer(async move {
             ResponseKind::InitProducerId(produce::init_producer_id(Producing::of(&b), req).await)
         }),
         RequestKind::DescribeCluster(req) => r.answer(async move {
-            ResponseKind::DescribeCluster(describe_cluster::describe(&b, req, v))
+            ResponseKind::DescribeCluster(describe_cluster::describe(Routing::of(&b), req, v))
         }),
         RequestKind::DeleteRecords(req) => r.answer(async move {
             ResponseKind::DeleteRecords(records::delete_records(Partitions::of(&b), req).await)
@@ -274,8 +275,8 @@ async fn route(
                 req,
             ))
         }),
-        RequestKind::OffsetCommit(req) => offset_commit(b, r, req, peer)?,
-        other => group_call(b, r, other, peer)?,
+        RequestKind::OffsetCommit(req) => offset_commit(&b, r, req, peer)?,
+        other => group_call(b.groups.clone(), r, other, peer)?,
     })
 }
 
@@ -299,12 +300,12 @@ fn fetch_answer(b: Arc<Broker>, r: Request, req: FetchRequest) -> PendingRespons
 /// OffsetCommit: partitions of unknown topics are answered here; the rest
 /// goes to the group coordinator.
 fn offset_commit(
-    b: Arc<Broker>,
+    b: &Broker,
     r: Request,
     mut req: OffsetCommitRequest,
     peer: Option<std::net::IpAddr>,
 ) -> std::result::Result<PendingResponse, Close> {
-    let unknown = super::offset_commit::take_unknown(&b, &mut req);
+    let unknown = super::offset_commit::take_unknown(&b.topics, &mut req);
     if req.topics.is_empty() && !unknown.is_empty() {
         let resp = OffsetCommitResponse::default().with_topics(unknown);
         return Ok(Box::pin(async move {
@@ -315,8 +316,9 @@ fn offset_commit(
         .map_err(|other| Close(format!("no handler for {other:?}")))?;
     let client_id = r.client_id();
     let host = crate::group::wire::client_host(peer);
+    let groups = b.groups.clone();
     Ok(Box::pin(async move {
-        let mut answer = b.groups.call(call, r.version, client_id, host).await?;
+        let mut answer = groups.call(call, r.version, client_id, host).await?;
         if let ResponseKind::OffsetCommit(resp) = &mut answer {
             resp.topics.extend(unknown);
         }
@@ -326,7 +328,7 @@ fn offset_commit(
 
 /// Every other API is the group coordinator's.
 fn group_call(
-    b: Arc<Broker>,
+    groups: Arc<GroupService>,
     r: Request,
     other: RequestKind,
     peer: Option<std::net::IpAddr>,
@@ -336,7 +338,7 @@ fn group_call(
     let client_id = r.client_id();
     let host = crate::group::wire::client_host(peer);
     Ok(Box::pin(async move {
-        r.respond(b.groups.call(call, r.version, client_id, host).await?)
+        r.respond(groups.call(call, r.version, client_id, host).await?)
     }))
 }
 

@@ -13,14 +13,14 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 
+use super::context::Routing;
 use super::{wire_str, wire_topic};
-use crate::broker::Broker;
 use crate::error::{HelixError, NONE, code};
 use crate::replica::term_epoch;
 use crate::topics::Topic;
 use kafka_protocol::error::ResponseError;
 
-pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
+pub async fn handle(node: Routing<'_>, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
     // A node that hears no majority (starting, or cut off) answers with
     // what it can vouch for: every member it knows, no leader for any
@@ -28,13 +28,13 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
     // client retries and reaches the nodes that serve; it is never
     // disconnected (Kafka's brokers keep answering Metadata too, issue 30
     // item 7).
-    let cut_off = !broker.cluster.hears_majority();
+    let cut_off = !node.cluster.hears_majority();
     // A node whose topic table has not caught up with the controller's log
     // (just started) cannot say a topic does not exist: it answers
     // LEADER_NOT_AVAILABLE (retriable) for a topic it does not know, and
     // creates none (Kafka's brokers open their listener only once caught
     // up with the metadata log).
-    let behind = !broker.controller.caught_up();
+    let behind = !node.controller.caught_up();
     // Before v4 the field does not exist and Kafka auto-creates.
     let allow_create = (version < 4 || req.allow_auto_topic_creation) && !cut_off && !behind;
     // v0 has no null: an empty list asks for every topic.
@@ -43,17 +43,15 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         .as_ref()
         .is_none_or(|t| version == 0 && t.is_empty());
     let found: Vec<Result<Arc<Topic>, MetadataResponseTopic>> = match req.topics {
-        _ if every_topic => broker.all_topics().into_iter().map(Ok).collect(),
+        _ if every_topic => node.topics.all().into_iter().map(Ok).collect(),
         None => Vec::new(),
         Some(requested) => {
             let mut out = Vec::with_capacity(requested.len());
             for r in requested {
                 let found = match &r.name {
-                    Some(name) if allow_create => broker.admin.topic_or_create(name).await,
-                    Some(name) => broker
-                        .topic(name)
-                        .ok_or(HelixError::UnknownTopicOrPartition),
-                    None => broker
+                    Some(name) if allow_create => node.admin.topic_or_create(name).await,
+                    Some(name) => node.topic(name).ok_or(HelixError::UnknownTopicOrPartition),
+                    None => node
                         .topic_by_id(r.topic_id)
                         .ok_or(HelixError::UnknownTopicId),
                 };
@@ -82,7 +80,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         found
             .iter()
             .map(|f| match f {
-                Ok(t) => topic_entry(broker, t, cut_off),
+                Ok(t) => topic_entry(node, t, cut_off),
                 Err(t) => t.clone(),
             })
             .collect()
@@ -92,11 +90,11 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
     // cut off meanwhile (its lease went with the same news) answers as
     // cut off, never as a member that names no leader, which would keep a
     // client that asks only it waiting (ADR 0023, fourth attempt).
-    let cut_off = cut_off || !broker.cluster.hears_majority();
+    let cut_off = cut_off || !node.cluster.hears_majority();
     if cut_off && resp.topics.iter().any(names_a_leader) {
         resp.topics = entries(true);
     }
-    resp.brokers = broker
+    resp.brokers = node
         .cluster
         .members_to_offer()
         .into_iter()
@@ -108,12 +106,12 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
             b
         })
         .collect();
-    resp.cluster_id = Some(wire_str(&broker.cluster_id));
+    resp.cluster_id = Some(wire_str(node.cluster_id));
     // Kafka's NO_CONTROLLER_ID (-1) where it cannot vouch for one.
     resp.controller_id = if cut_off {
         BrokerId(-1)
     } else {
-        broker_id(broker.controller_id())
+        broker_id(node.controller_id())
     };
     resp
 }
@@ -163,7 +161,7 @@ pub fn broker_id(node: helix_raft::NodeId) -> BrokerId {
     BrokerId(i32::try_from(node.0).unwrap_or(-1))
 }
 
-fn topic_entry(broker: &Broker, t: &Topic, cut_off: bool) -> MetadataResponseTopic {
+fn topic_entry(node: Routing<'_>, t: &Topic, cut_off: bool) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
     out.error_code = NONE;
     out.name = Some(wire_topic(&t.name));
@@ -179,7 +177,7 @@ fn topic_entry(broker: &Broker, t: &Topic, cut_off: bool) -> MetadataResponseTop
             let vouched = if cut_off {
                 None
             } else {
-                broker.cluster.leadership(p.group, p.local.as_deref())
+                node.cluster.leadership(p.group, p.local.as_deref())
             };
             match vouched {
                 Some(l) => {
@@ -213,8 +211,7 @@ fn topic_entry(broker: &Broker, t: &Topic, cut_off: bool) -> MetadataResponseTop
                 .replicas
                 .iter()
                 .filter(|n| {
-                    !broker.cluster.is_alive(**n)
-                        || (**n == broker.cluster.me && p.refused.is_some())
+                    !node.cluster.is_alive(**n) || (**n == node.cluster.me && p.refused.is_some())
                 })
                 .map(|n| broker_id(*n))
                 .collect();

@@ -10,20 +10,18 @@ use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
 
-use crate::broker::Broker;
 use crate::error::code;
+use crate::topics::TopicTable;
 
 /// Takes the unknown partitions out of `request` and returns their answers.
 pub fn take_unknown(
-    broker: &Broker,
+    topics: &TopicTable,
     request: &mut OffsetCommitRequest,
 ) -> Vec<OffsetCommitResponseTopic> {
     let unknown = code(ResponseError::UnknownTopicOrPartition);
     let mut answers = Vec::new();
     for topic in &mut request.topics {
-        let count = broker
-            .topic(&topic.name.0)
-            .map_or(0, |t| t.partitions.len());
+        let count = topics.get(&topic.name.0).map_or(0, |t| t.partitions.len());
         let (known, missing): (Vec<_>, Vec<_>) = std::mem::take(&mut topic.partitions)
             .into_iter()
             .partition(|p| usize::try_from(p.partition_index).is_ok_and(|i| i < count));

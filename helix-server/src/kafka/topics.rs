@@ -1,7 +1,6 @@
 //! CreateTopics, DeleteTopics, CreatePartitions.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
@@ -13,14 +12,14 @@ use kafka_protocol::messages::{
     DeleteTopicsRequest, DeleteTopicsResponse,
 };
 
+use super::context::Administering;
 use super::{wire_str, wire_topic};
 use crate::admin::NewTopic;
-use crate::broker::Broker;
 use crate::controller::topic_config;
 use crate::error::HelixError;
 
 pub async fn create_topics(
-    broker: &Arc<Broker>,
+    node: Administering<'_>,
     req: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
@@ -30,7 +29,7 @@ pub async fn create_topics(
         r.name = t.name.clone();
         r.num_partitions = -1;
         r.replication_factor = -1;
-        let result = create_one(broker, &t, req.validate_only).await;
+        let result = create_one(node, &t, req.validate_only).await;
         match result {
             Ok(topic) => {
                 r.topic_id = topic.id;
@@ -40,7 +39,7 @@ pub async fn create_topics(
                     r.configs = Some(
                         topic_config::describe(
                             &topic.configs,
-                            &broker.config,
+                            node.config,
                             topic.replication_factor as usize,
                         )
                         .map(|(d, value, source)| {
@@ -65,7 +64,7 @@ pub async fn create_topics(
 }
 
 async fn create_one(
-    broker: &Arc<Broker>,
+    node: Administering<'_>,
     t: &kafka_protocol::messages::create_topics_request::CreatableTopic,
     validate_only: bool,
 ) -> Result<NewTopic, HelixError> {
@@ -91,8 +90,7 @@ async fn create_one(
             configs.insert(c.name.to_string(), v.to_string());
         }
     }
-    broker
-        .admin
+    node.admin
         .create_topic(
             &t.name,
             t.num_partitions,
@@ -115,7 +113,7 @@ fn node_ids(ids: &[kafka_protocol::messages::BrokerId]) -> Result<Vec<u64>, Heli
 }
 
 pub async fn delete_topics(
-    broker: &Arc<Broker>,
+    node: Administering<'_>,
     req: DeleteTopicsRequest,
     version: i16,
 ) -> DeleteTopicsResponse {
@@ -134,9 +132,9 @@ pub async fn delete_topics(
     };
     for (name, id) in targets {
         let mut r = DeletableTopicResult::default();
-        let name = name.or_else(|| broker.topic_by_id(id).map(|t| t.name.clone()));
+        let name = name.or_else(|| node.topics.by_id(id).map(|t| t.name.clone()));
         let result = match &name {
-            Some(n) => broker.admin.delete_topic(n).await,
+            Some(n) => node.admin.delete_topic(n).await,
             None => Err(HelixError::UnknownTopicId),
         };
         r.name = name.as_deref().map(wire_topic);
@@ -154,7 +152,7 @@ pub async fn delete_topics(
 }
 
 pub async fn create_partitions(
-    broker: &Arc<Broker>,
+    node: Administering<'_>,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
     let mut resp = CreatePartitionsResponse::default();
@@ -173,8 +171,7 @@ pub async fn create_partitions(
             .transpose();
         let result = match assignments {
             Ok(assignments) => {
-                broker
-                    .admin
+                node.admin
                     .create_partitions(&t.name, t.count, assignments, req.validate_only)
                     .await
             }
