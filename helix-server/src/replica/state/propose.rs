@@ -41,16 +41,25 @@ enum Readiness {
     Refuse,
 }
 
-/// A leader holding its lease decides once every entry before its own
-/// term's is applied (its producer table must have seen them, ADR 0022);
-/// until then it holds. A leader without its lease (it may be cut off
-/// while the others elect, ADR 0019) and any other replica refuse.
+/// A leader holding its lease decides once it has applied an entry of its
+/// own term; until then it holds. Two reasons, one rule:
+/// - every entry before its term's must be applied: its producer table
+///   must have seen them (ADR 0022);
+/// - its own first entry must be committed: until then its log is not
+///   final. Another replica may hold entries of an older term that this
+///   leader lacks (a deposed leader's, answered NOT_LEADER), and if this
+///   term commits nothing, a later leader may commit them. Deciding before
+///   that answered OUT_OF_ORDER_SEQUENCE_NUMBER to the batch after one of
+///   them; librdkafka bumped its epoch and sent the stored batches again
+///   (duplicates, ADR 0024 amendment).
+///
+/// A leader without its lease (it may be cut off while the others elect,
+/// ADR 0019) and any other replica refuse.
 fn readiness(group: &RaftGroup, applied: LogIndex) -> Readiness {
     if group.role() != Role::Leader || group.lease_ticks_left() == 0 {
         return Readiness::Refuse;
     }
-    let unapplied_term = group.term_at(LogIndex(applied.0 + 1));
-    if unapplied_term.is_none_or(|t| t == group.term()) {
+    if group.term_at(applied) == Some(group.term()) {
         Readiness::Decide
     } else {
         Readiness::Hold

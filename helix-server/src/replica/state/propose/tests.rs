@@ -161,3 +161,34 @@ fn a_follower_that_knows_its_leader_refuses_at_once() {
     assert_eq!(g[1].leader(), Some(NodeId(1)));
     assert_eq!(decide(&g[1], applied[1]), Readiness::Refuse);
 }
+
+/// Elected, with its first entry not yet committed (its appends are cut):
+/// nothing of a predecessor is unapplied, yet its log is not final, since
+/// a replica it did not hear from may hold entries of an older term that a
+/// later leader could commit if this term commits nothing. It holds; once
+/// its first entry is applied it decides.
+#[test]
+fn a_new_leader_holds_until_an_entry_of_its_own_term_is_applied() {
+    let mut g = three();
+    let mut applied = vec![LogIndex(0); 3];
+    g[0].campaign();
+    let appends_from_1 =
+        |m: &Message| m.from == NodeId(1) && matches!(m.body, MessageBody::Append { .. });
+    pump(&mut g, &mut applied, appends_from_1);
+    assert_eq!(g[0].role(), Role::Leader);
+    assert_eq!(
+        decide(&g[0], applied[0]),
+        Readiness::Hold,
+        "its own first entry is not committed"
+    );
+    // Heal: the leader sends again at its next heartbeat.
+    for _ in 0..g[0].config().election_ticks {
+        if g[0].term_at(applied[0]) == Some(g[0].term()) {
+            break;
+        }
+        g[0].tick();
+        pump(&mut g, &mut applied, |_| false);
+    }
+    assert_eq!(g[0].term_at(applied[0]), Some(g[0].term()));
+    assert_eq!(decide(&g[0], applied[0]), Readiness::Decide);
+}
