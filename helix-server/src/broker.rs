@@ -159,9 +159,11 @@ impl Broker {
                 config.data_dir.join("controller"),
             ));
         }
-        let topics = Arc::new(TopicTable::new(factory.clone()));
         let settled = controller.clone();
-        topics.set_caught_up(Box::new(move || settled.caught_up()));
+        let topics = Arc::new(TopicTable::new(
+            factory.clone(),
+            Box::new(move || settled.caught_up()),
+        ));
         let records: Vec<(String, TopicRecord)> = controller
             .view()
             .view

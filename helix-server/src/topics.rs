@@ -277,14 +277,13 @@ impl ReplicaFactory {
 pub struct TopicTable {
     factory: ReplicaFactory,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
-    /// Whether this node has caught up with the controller's log (set
-    /// once the controller runs; until then, not). Retention deletes by
+    /// Whether this node has caught up with the controller's log. Retention deletes by
     /// the topics' settings, and a node behind the log may hold settings
     /// the operator has changed since: a node restarted right after
     /// `retention.ms` was raised again deleted what the new setting keeps,
     /// and its replica no longer matched the others. Kafka's brokers start
     /// deleting only once caught up with the metadata log too.
-    caught_up: std::sync::OnceLock<CaughtUp>,
+    caught_up: CaughtUp,
 }
 
 /// Tells whether the node has caught up with the controller's log.
@@ -306,23 +305,19 @@ impl std::fmt::Debug for TopicTable {
 }
 
 impl TopicTable {
-    pub fn new(factory: ReplicaFactory) -> TopicTable {
+    /// `caught_up`: whether the node has caught up with the controller's
+    /// log (retention waits for it, see the field).
+    pub fn new(factory: ReplicaFactory, caught_up: CaughtUp) -> TopicTable {
         TopicTable {
             factory,
             topics: RwLock::new(HashMap::new()),
-            caught_up: std::sync::OnceLock::new(),
+            caught_up,
         }
-    }
-
-    /// Where [`TopicTable::apply_retention`] learns whether the node has
-    /// caught up with the controller's log (see the field).
-    pub fn set_caught_up(&self, caught_up: CaughtUp) {
-        let _ = self.caught_up.set(caught_up);
     }
 
     /// Whether retention may delete now: the settings are current.
     fn settings_current(&self) -> bool {
-        self.caught_up.get().is_some_and(|f| f())
+        (self.caught_up)()
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Topic>> {

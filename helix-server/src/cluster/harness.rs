@@ -100,14 +100,7 @@ impl TestCluster {
     }
 
     pub(super) async fn start_with(n: usize, balancing: bool) -> TestCluster {
-        let nodes: Vec<NodeSpec> = (1..=n as i32)
-            .map(|id| NodeSpec {
-                id,
-                kafka: format!("127.0.0.1:{}", 19000 + id),
-                peer: format!("127.0.0.1:{}", 19100 + id),
-                metrics: None,
-            })
-            .collect();
+        let nodes = node_specs(n as i32);
         let mut c = TestCluster {
             net: Arc::new(Net::default()),
             balancing,
@@ -189,6 +182,18 @@ impl TestCluster {
             b.close_all().await;
         }
     }
+}
+
+/// The `[[nodes]]` list of an in-process cluster of `n` nodes.
+pub(super) fn node_specs(n: i32) -> Vec<NodeSpec> {
+    (1..=n)
+        .map(|id| NodeSpec {
+            id,
+            kafka: format!("127.0.0.1:{}", 19000 + id),
+            peer: format!("127.0.0.1:{}", 19100 + id),
+            metrics: None,
+        })
+        .collect()
 }
 
 pub(super) async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {

@@ -150,18 +150,16 @@ impl ClusterState {
     /// that node, waited for it until [`DOWN_AFTER`] (ADR 0023, fourth
     /// attempt).
     pub fn hears_majority(&self) -> bool {
-        let connected = |id: NodeId| {
-            id == self.me
-                || self
-                    .liveness
-                    .read()
-                    .map(|l| !l.broke_off(id))
-                    .unwrap_or(false)
+        let Ok(liveness) = self.liveness.read() else {
+            return false;
         };
         let heard = self
             .members
             .iter()
-            .filter(|m| self.is_alive(m.id) && connected(m.id))
+            .filter(|m| {
+                m.id == self.me
+                    || (liveness.heard_within(m.id, DOWN_AFTER) && !liveness.broke_off(m.id))
+            })
             .count();
         let majority = heard > self.members.len() / 2;
         if majority {

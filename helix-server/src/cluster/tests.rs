@@ -482,18 +482,10 @@ impl super::Liveness for Links {
 
 #[test]
 fn a_node_whose_connections_to_a_majority_broke_is_cut_off_before_they_fall_silent() {
-    use crate::config::{Config, Members, NodeSpec};
-    let nodes: Vec<NodeSpec> = (1..=3)
-        .map(|id| NodeSpec {
-            id,
-            kafka: format!("127.0.0.1:{}", 19000 + id),
-            peer: format!("127.0.0.1:{}", 19100 + id),
-            metrics: None,
-        })
-        .collect();
+    use crate::config::{Config, Members};
     let config = Config {
         node_id: 1,
-        cluster: Some(Members::new(nodes, 1).expect("members")),
+        cluster: Some(Members::new(super::harness::node_specs(3), 1).expect("members")),
         advertised: "127.0.0.1:19001".into(),
         ..Config::default()
     };

@@ -73,7 +73,8 @@ type Entry = (String, String, ConfigSource, bool, i8);
 
 fn topic_entries(node: Administering<'_>, name: &str) -> Result<Vec<Entry>, HelixError> {
     let topic = node
-        .topic(name)
+        .topics
+        .get(name)
         .ok_or(HelixError::UnknownTopicOrPartition)?;
     Ok(
         topic_config::describe(&topic.configs, node.config, topic.replication_factor())
@@ -202,7 +203,8 @@ pub async fn incremental_alter(
                 ));
             }
             let topic = node
-                .topic(&res.resource_name)
+                .topics
+                .get(&res.resource_name)
                 .ok_or(HelixError::UnknownTopicOrPartition)?;
             let mut configs = topic.configs.clone();
             for c in &res.configs {

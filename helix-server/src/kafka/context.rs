@@ -14,7 +14,7 @@ use crate::cluster::ClusterState;
 use crate::config::{BackpressureMode, Config};
 use crate::controller::producer_ids::ProducerIds;
 use crate::controller::service::Controller;
-use crate::topics::{Topic, TopicTable};
+use crate::topics::TopicTable;
 
 /// The data plane's view (Fetch, ListOffsets, DeleteRecords,
 /// OffsetForLeaderEpoch): the topics with this node's replicas, and the
@@ -31,14 +31,6 @@ impl<'a> Partitions<'a> {
             topics: &broker.topics,
             cluster: &broker.cluster,
         }
-    }
-
-    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
-        self.topics.get(name)
-    }
-
-    pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<Arc<Topic>> {
-        self.topics.by_id(id)
     }
 }
 
@@ -88,10 +80,6 @@ impl<'a> Administering<'a> {
             config: &broker.config,
         }
     }
-
-    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
-        self.topics.get(name)
-    }
 }
 
 /// What the routing answers need (Metadata, DescribeCluster): the cluster
@@ -126,13 +114,5 @@ impl<'a> Routing<'a> {
         self.cluster
             .controller(self.controller.partition())
             .unwrap_or(self.cluster.me)
-    }
-
-    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
-        self.topics.get(name)
-    }
-
-    pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<Arc<Topic>> {
-        self.topics.by_id(id)
     }
 }

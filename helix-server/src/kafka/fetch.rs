@@ -49,9 +49,9 @@ pub async fn handle(node: Partitions<'_>, req: FetchRequest, version: i16) -> Fe
 
 fn resolve(node: Partitions<'_>, name: &str, id: uuid::Uuid, version: i16) -> Option<Arc<Topic>> {
     if version >= 13 {
-        node.topic_by_id(id)
+        node.topics.by_id(id)
     } else {
-        node.topic(name)
+        node.topics.get(name)
     }
 }
 

@@ -28,7 +28,7 @@ const LATEST_TIERED: i64 = -5;
 pub fn handle(node: Partitions<'_>, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
-        let topic = node.topic(&t.name);
+        let topic = node.topics.get(&t.name);
         let mut out = ListOffsetsTopicResponse::default();
         out.name = t.name.clone();
         for p in t.partitions {

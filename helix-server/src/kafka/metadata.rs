@@ -50,9 +50,13 @@ pub async fn handle(node: Routing<'_>, req: MetadataRequest, version: i16) -> Me
             for r in requested {
                 let found = match &r.name {
                     Some(name) if allow_create => node.admin.topic_or_create(name).await,
-                    Some(name) => node.topic(name).ok_or(HelixError::UnknownTopicOrPartition),
+                    Some(name) => node
+                        .topics
+                        .get(name)
+                        .ok_or(HelixError::UnknownTopicOrPartition),
                     None => node
-                        .topic_by_id(r.topic_id)
+                        .topics
+                        .by_id(r.topic_id)
                         .ok_or(HelixError::UnknownTopicId),
                 };
                 out.push(found.map_err(|e| {

@@ -27,7 +27,7 @@ pub async fn delete_records(
 ) -> DeleteRecordsResponse {
     let mut resp = DeleteRecordsResponse::default();
     for t in req.topics {
-        let topic = node.topic(&t.name);
+        let topic = node.topics.get(&t.name);
         let mut out = DeleteRecordsTopicResult::default();
         out.name = t.name.clone();
         // Every partition's deletion is started before any is awaited.
@@ -74,7 +74,7 @@ pub fn offset_for_leader_epoch(
 ) -> OffsetForLeaderEpochResponse {
     let mut resp = OffsetForLeaderEpochResponse::default();
     for t in req.topics {
-        let topic = node.topic(&t.topic);
+        let topic = node.topics.get(&t.topic);
         let mut out = OffsetForLeaderTopicResult::default();
         out.topic = t.topic.clone();
         for p in t.partitions {
