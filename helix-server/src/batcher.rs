@@ -47,6 +47,61 @@ pub struct PendingProduce {
     pub enqueued: Instant,
     /// Room held in the node-wide limits until this request is answered.
     pub room: Room,
+    /// Whose it is and where it starts, kept after the batches are handed
+    /// to the log: a refusal is remembered by it (`replica/refused.rs`).
+    pub sender: Sender,
+}
+
+/// The first batch's producer id (-1: not idempotent), epoch and base
+/// sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sender {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub base_sequence: i32,
+}
+
+impl Sender {
+    /// A request that names no producer (or could not be read).
+    pub const NONE: Sender = Sender {
+        producer_id: -1,
+        epoch: -1,
+        base_sequence: -1,
+    };
+
+    /// The sender of `batch`, a v2 record batch (any other: none).
+    pub fn of(batch: &[u8]) -> Sender {
+        helix_wal::BatchHeader::parse(batch)
+            .ok()
+            .filter(|h| h.magic == 2)
+            .map_or(Sender::NONE, |h| Sender {
+                producer_id: h.producer_id,
+                epoch: h.producer_epoch,
+                base_sequence: h.base_sequence,
+            })
+    }
+}
+
+impl PendingProduce {
+    /// A request of `batches` (validated v2 batches) queued now.
+    pub fn new(
+        batches: Vec<bytes::Bytes>,
+        size: usize,
+        acks: i16,
+        reply: Option<oneshot::Sender<ProduceOutcome>>,
+        room: Room,
+    ) -> PendingProduce {
+        let sender = batches.first().map_or(Sender::NONE, |b| Sender::of(b));
+        PendingProduce {
+            batches,
+            size,
+            acks,
+            reply,
+            enqueued: Instant::now(),
+            room,
+            sender,
+        }
+    }
 }
 
 /// Work for a partition's worker, in arrival order.
@@ -164,14 +219,7 @@ mod tests {
             .map(|v| v.bytes)
             .collect();
         let room = bp.one_request_without_bytes().expect("room");
-        PendingProduce {
-            size: b.len(),
-            batches,
-            acks: 1,
-            reply: None,
-            enqueued: Instant::now(),
-            room,
-        }
+        PendingProduce::new(batches, b.len(), 1, None, room)
     }
 
     #[tokio::test]

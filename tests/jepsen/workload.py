@@ -201,12 +201,18 @@ class PollingConsumer(Client):
         self.rebalanced = set()
         msgs = self.consumer.consume(num_messages=POLL_BATCH, timeout=0.5)
         records = [[m.partition(), m.offset(), m.value().decode()] for m in msgs if m.error() is None]
+        # What librdkafka tells the application (an offset reset, say, and
+        # why): kept in the history, so an anomaly shows its cause.
+        errors = [f"[{m.partition()}] {m.error()}" for m in msgs if m.error() is not None]
+        for e in errors:
+            LOG.info("%s: consumer error %s", self.proc, e)
+        extra = {"errors": errors} if errors else {}
         if records:
-            self.history.add(self.proc, OK, "poll", records, rebalanced=sorted(self.rebalanced))
+            self.history.add(self.proc, OK, "poll", records, rebalanced=sorted(self.rebalanced), **extra)
             for p, o, _ in records:
                 self.position[p] = o + 1
-        elif self.rebalanced:
-            self.history.add(self.proc, OK, "poll", [], rebalanced=sorted(self.rebalanced))
+        elif self.rebalanced or errors:
+            self.history.add(self.proc, OK, "poll", [], rebalanced=sorted(self.rebalanced), **extra)
         return records
 
     def caught_up(self, ends: dict[int, int]) -> bool:

@@ -231,14 +231,13 @@ pub(super) async fn produce(b: &Broker, topic: &str, p: i32, values: &[&[u8]]) -
         .acquire_within(batch.len(), Duration::from_secs(5))
         .await?;
     let (reply, rx) = tokio::sync::oneshot::channel();
-    part.produce(crate::batcher::PendingProduce {
+    part.produce(crate::batcher::PendingProduce::new(
         batches,
-        size: batch.len(),
-        acks: -1,
-        reply: Some(reply),
-        enqueued: std::time::Instant::now(),
+        batch.len(),
+        -1,
+        Some(reply),
         room,
-    })
+    ))
     .await?;
     let ack = tokio::time::timeout(Duration::from_secs(10), rx)
         .await

@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_request::PartitionProduceData;
@@ -166,8 +166,8 @@ impl Admission<'_> {
     ) -> Result<Slot, HelixError> {
         let version = self.version;
         let p = replica(topic, pd.index, version >= 13)?;
-        p.check_writable()?;
         let records = pd.records.unwrap_or_default();
+        p.check_writable(&records)?;
         if version >= 3 && records.is_empty() {
             return Err(HelixError::InvalidRecord(format!(
                 "Produce v{version} carries exactly one record batch per partition, not 0"
@@ -201,14 +201,13 @@ impl Admission<'_> {
             let (tx, rx) = oneshot::channel();
             (Some(tx), Some(rx))
         };
-        p.produce(PendingProduce {
-            batches: batches.into_iter().map(|b| b.bytes).collect(),
+        p.produce(PendingProduce::new(
+            batches.into_iter().map(|b| b.bytes).collect(),
             size,
-            acks: self.acks,
+            self.acks,
             reply,
-            enqueued: Instant::now(),
             room,
-        })
+        ))
         .await?;
         Ok(rx.map_or(Slot::Done(Ok(())), Slot::Waiting))
     }

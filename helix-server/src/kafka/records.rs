@@ -104,7 +104,15 @@ pub fn offset_for_leader_epoch(
                                 r.leader_epoch = i32::try_from(end.term).unwrap_or(i32::MAX);
                                 r.end_offset = end.end_offset;
                             }
-                            Ok(None) => {}
+                            // Older than every epoch the log holds: Kafka
+                            // answers the epoch asked and where the log's
+                            // first epoch starts (no earlier record is left).
+                            // -1 would make librdkafka reset the position by
+                            // auto.offset.reset, to the log start or end.
+                            Ok(None) => {
+                                r.leader_epoch = p.leader_epoch;
+                                r.end_offset = part.log_start_offset().0;
+                            }
                             Err(e) => r.error_code = HelixError::from(e).kafka_code(),
                         }
                     }
@@ -116,3 +124,7 @@ pub fn offset_for_leader_epoch(
     }
     resp
 }
+
+#[cfg(test)]
+#[path = "records_tests.rs"]
+mod tests;

@@ -15,7 +15,7 @@ use crate::broker::Broker;
 use crate::config::Config;
 use crate::replica::batch::tests::make_batch;
 
-async fn broker(dir: &std::path::Path) -> Arc<Broker> {
+pub(crate) async fn broker(dir: &std::path::Path) -> Arc<Broker> {
     let config = Config {
         data_dir: dir.to_path_buf(),
         ..Config::default()

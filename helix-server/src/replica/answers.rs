@@ -2,12 +2,14 @@
 //! proposals not yet applied ([`Waiter`]) and the applied entries whose
 //! acks=all answers wait for the acknowledged index ([`Unacked`]).
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use helix_raft::LogIndex;
 use tokio::sync::oneshot;
 
 use super::producers::Decision;
+use super::refused::Refused;
 use crate::batcher::{PendingProduce, ProduceOutcome};
 use crate::budget::Room;
 use crate::error::{HelixError, Result};
@@ -68,16 +70,32 @@ impl Unacked {
     }
 }
 
-pub fn fail_waiter(waiter: Waiter, err: &HelixError) {
+pub fn fail_waiter(waiter: Waiter, err: &HelixError, refused: &Mutex<Refused>) {
     match waiter {
         Waiter::Produce(requests) => {
-            for (p, _) in requests {
-                if let Some(reply) = p.reply {
-                    let _ = reply.send(Err(copy_error(err)));
-                }
-            }
+            fail_requests(requests.into_iter().map(|(p, _)| p), err, refused)
         }
         Waiter::DeleteRecords(reply) => {
+            let _ = reply.send(Err(copy_error(err)));
+        }
+    }
+}
+
+/// Answers each request with `err`. A request refused as not the leader
+/// (and so not stored by this answer's doing) is remembered by its
+/// producer (`refused.rs`).
+pub fn fail_requests(
+    requests: impl IntoIterator<Item = PendingProduce>,
+    err: &HelixError,
+    refused: &Mutex<Refused>,
+) {
+    let not_leader = matches!(err, HelixError::NotLeader);
+    let mut refused = refused.lock().ok().filter(|_| not_leader);
+    for p in requests {
+        if let Some(r) = refused.as_mut() {
+            r.note(p.sender);
+        }
+        if let Some(reply) = p.reply {
             let _ = reply.send(Err(copy_error(err)));
         }
     }

@@ -4,7 +4,7 @@
 //! durable through the ordinary produce path (batcher, Raft, acks=all), and
 //! read back in log order up to the high watermark.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
@@ -68,14 +68,13 @@ pub async fn append(
         .await?;
     let (reply, rx) = oneshot::channel();
     partition
-        .produce(PendingProduce {
+        .produce(PendingProduce::new(
             batches,
-            size: batch.len(),
-            acks: -1,
-            reply: Some(reply),
-            enqueued: Instant::now(),
+            batch.len(),
+            -1,
+            Some(reply),
             room,
-        })
+        ))
         .await?;
     Ok(rx)
 }

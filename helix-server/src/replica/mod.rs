@@ -20,6 +20,7 @@ pub mod producers;
 pub mod raft;
 pub mod recompress;
 pub mod records;
+pub mod refused;
 pub mod scan;
 pub mod state;
 
@@ -108,6 +109,9 @@ pub struct Published {
     /// may be cut off while the others elect: it names no leader and
     /// serves no reads or writes.
     pub lease_until: std::sync::atomic::AtomicU64,
+    /// Producers refused here as not the leader since this replica last
+    /// stored one of their requests (`refused.rs`).
+    pub refused: Mutex<refused::Refused>,
 }
 
 impl Published {
@@ -280,6 +284,7 @@ pub fn recover(
         caught_up: std::sync::atomic::AtomicBool::new(false),
         damaged: std::sync::OnceLock::new(),
         lease_until: std::sync::atomic::AtomicU64::new(0),
+        refused: Mutex::new(refused::Refused::default()),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
     let state = PartitionState::new(
@@ -429,12 +434,19 @@ impl Partition {
     /// 0024). Unlike [`Partition::check_leader`] it does not wait for the
     /// leader's no-op: refusing a request and accepting the next is a
     /// sequence gap to an idempotent producer.
-    pub fn check_writable(&self) -> Result<()> {
+    ///
+    /// A refusal is remembered by the producer id of `records` (the
+    /// request's record batches as sent): the same producer's next request,
+    /// should this replica lead by then, follows a gap it caused
+    /// (`refused.rs`).
+    pub fn check_writable(&self, records: &[u8]) -> Result<()> {
         if self.leadership().role == Role::Leader && self.holds_lease() {
-            Ok(())
-        } else {
-            Err(HelixError::NotLeader)
+            return Ok(());
         }
+        if let Ok(mut refused) = self.published.refused.lock() {
+            refused.note(crate::batcher::Sender::of(records));
+        }
+        Err(HelixError::NotLeader)
     }
 
     /// The group's voters (its replicas), preferred leader first.

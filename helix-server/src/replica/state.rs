@@ -18,7 +18,7 @@ use bytes::Bytes;
 use helix_raft::{Entry, EntryKind, LogIndex, RaftGroup, Role, Term};
 use helix_wal::{AppendCheck, LogConfig, PartitionLog, RaftPosition};
 
-use super::answers::{Unacked, Waiter, fail_waiter};
+use super::answers::{Unacked, Waiter, fail_requests, fail_waiter};
 use super::apply::apply_produce;
 use super::entry::{self, PartitionEntry};
 use super::producers::{Decision, ProducerTable, Proposed};
@@ -188,7 +188,7 @@ impl PartitionState {
         }
         while self.waiting.back().is_some_and(|(_, i, _, _)| *i > after) {
             if let Some((_, _, w, _)) = self.waiting.pop_back() {
-                fail_waiter(w, &err);
+                fail_waiter(w, &err, &self.published.refused);
             }
         }
         Metrics::count(&metrics().counters.wal_truncations, 1);
@@ -251,7 +251,7 @@ impl PartitionState {
             if matches {
                 return Some((w, at));
             }
-            fail_waiter(w, &HelixError::NotLeader);
+            fail_waiter(w, &HelixError::NotLeader, &self.published.refused);
         }
         None
     }
@@ -366,6 +366,7 @@ impl PartitionState {
                 fail_waiter(
                     waiter,
                     &HelixError::CorruptState("entry kind does not match its waiter".into()),
+                    &self.published.refused,
                 );
             }
         }
@@ -533,10 +534,10 @@ impl PartitionState {
     /// Everyone still waiting gets `err`.
     pub fn fail_all(&mut self, err: &HelixError) {
         for batch in self.held.drain(..) {
-            propose::fail_requests(batch, err);
+            fail_requests(batch, err, &self.published.refused);
         }
         for (_, _, waiter, _) in self.waiting.drain(..) {
-            fail_waiter(waiter, err);
+            fail_waiter(waiter, err, &self.published.refused);
         }
         for u in self.unacked.iter_mut() {
             u.fail(err);

@@ -26,9 +26,19 @@ use super::PartitionState;
 use crate::batcher::PendingProduce;
 use crate::error::HelixError;
 use crate::metrics::{Metrics, Stage, metrics};
-use crate::replica::answers::{Waiter, copy_error};
+use crate::replica::answers::{Waiter, fail_requests};
 use crate::replica::entry;
 use crate::replica::producers::Decision;
+
+/// Where the sequence gap a rejection reports starts, if it reports one.
+fn gap_start(err: &HelixError) -> Option<i32> {
+    match err {
+        HelixError::OutOfOrderSequence { expected, .. } => Some(*expected),
+        // A producer never seen here must start at 0.
+        HelixError::UnknownProducerId(_) => Some(0),
+        _ => None,
+    }
+}
 
 /// What a replica may do with produce requests now.
 #[derive(Debug, PartialEq, Eq)]
@@ -121,14 +131,14 @@ impl PartitionState {
     ) -> Option<Vec<PendingProduce>> {
         let m = metrics();
         let Some(log) = self.log.as_ref() else {
-            fail_requests(batch, &HelixError::ShuttingDown);
+            fail_requests(batch, &HelixError::ShuttingDown, &self.published.refused);
             return None;
         };
         match readiness(group, self.applied) {
             Readiness::Decide => {}
             Readiness::Hold => return Some(batch),
             Readiness::Refuse => {
-                fail_requests(batch, &HelixError::NotLeader);
+                fail_requests(batch, &HelixError::NotLeader, &self.published.refused);
                 return None;
             }
         }
@@ -139,16 +149,30 @@ impl PartitionState {
             batch.iter().map(|p| p.batches.as_slice()),
         );
         let mut waiting = Vec::with_capacity(batch.len());
+        let mut refused = self.published.refused.lock().ok().filter(|r| !r.is_empty());
         for (p, decision) in batch.into_iter().zip(decisions) {
             match decision {
                 Decision::Reject(err) => {
+                    let ours = refused
+                        .as_deref()
+                        .zip(gap_start(&err))
+                        .is_some_and(|(r, at)| {
+                            r.left_gap(p.sender.producer_id, p.sender.epoch, at)
+                        });
+                    let err = if ours { HelixError::NotLeader } else { err };
                     if let Some(reply) = p.reply {
                         let _ = reply.send(Err(err));
                     }
                 }
-                d => waiting.push((p, d)),
+                d => {
+                    if let Some(r) = refused.as_mut() {
+                        r.forget(p.sender.producer_id);
+                    }
+                    waiting.push((p, d));
+                }
             }
         }
+        drop(refused);
         if waiting.is_empty() {
             return None;
         }
@@ -180,19 +204,14 @@ impl PartitionState {
             }
             Err(e) => {
                 let err: HelixError = e.into();
-                fail_requests(waiting.into_iter().map(|(p, _)| p).collect(), &err);
+                fail_requests(
+                    waiting.into_iter().map(|(p, _)| p),
+                    &err,
+                    &self.published.refused,
+                );
             }
         }
         None
-    }
-}
-
-/// Answers each request with `err`.
-pub(super) fn fail_requests(requests: Vec<PendingProduce>, err: &HelixError) {
-    for p in requests {
-        if let Some(reply) = p.reply {
-            let _ = reply.send(Err(copy_error(err)));
-        }
     }
 }
 
