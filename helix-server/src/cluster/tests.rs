@@ -102,8 +102,16 @@ async fn an_isolated_leader_stops_acknowledging_the_majority_carries_on_and_it_r
         .create_topic("f", 1, 3, None, Default::default(), false)
         .await
         .expect("created");
-    wait_until("a leader", || leader_of(c.broker(1), "f", 0).is_some()).await;
-    let old = leader_of(c.broker(1), "f", 0).expect("leader");
+    // The preferred replica, once every node names it: the first leader
+    // may be another (on a loaded machine the preferred one can lose the
+    // first election), and the end of the test waits for the preferred one.
+    let old = c.broker(1).topic("f").expect("f").partitions[0].replicas[0].0;
+    wait_until("every node to name the preferred leader", || {
+        c.ids()
+            .iter()
+            .all(|id| leader_of(c.broker(*id), "f", 0) == Some(old))
+    })
+    .await;
     let mut acked = Vec::new();
     for k in 0..10u8 {
         let offset = produce(c.broker(old), "f", 0, &[&[k; 50]])
