@@ -105,6 +105,60 @@ def test_a_starting_cluster_answers_metadata_without_disconnects(tmp_path):
         cluster.stop()
 
 
+ROUNDS = 3
+
+
+def test_nodes_killed_and_restarted_together_never_call_an_existing_topic_unknown(tmp_path):
+    """Every node killed -9 and started again at once: each recovers its
+    controller log with nothing known to be committed (no topic applied)
+    and learns the leader within milliseconds. Between learning the leader
+    and applying what that leader had committed, a node that took itself
+    for caught up answered UNKNOWN_TOPIC_OR_PARTITION for a topic that
+    exists (in every round before the fix; librdkafka's consumers report
+    "Subscribed topic not available"). Kafka's brokers open their listener
+    only once caught up with the metadata log; Helix answers
+    LEADER_NOT_AVAILABLE (retriable) until then."""
+    cluster = HelixCluster(tmp_path, 3)
+    try:
+        cluster.start()
+        topic = "exists"
+        admin = clients.admin(cluster.bootstrap)
+        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=3)])[topic].result(timeout=30)
+        clients.wait_for_partitions(cluster.bootstrap, topic, 2, 30)
+        unknown: list[tuple[int, int]] = []
+        answered = 0
+        for rnd in range(ROUNDS):
+            cluster.kill_all()
+            for n in cluster.nodes:
+                n.start(wait=False)
+            # Until every node names a leader for every partition, and at
+            # least 2 s: the window is the first milliseconds after each
+            # node learns its controller's leader.
+            start = time.monotonic()
+            settled = False
+            while not settled or time.monotonic() - start < 2.0:
+                assert time.monotonic() - start < 60, f"never settled\n{cluster.logs()}"
+                settled = True
+                for n in cluster.nodes:
+                    try:
+                        with kwire.Conn("127.0.0.1", n.kafka_port, timeout=2) as conn:
+                            leaders = conn.leaders(topic)
+                            answered += 1
+                            settled &= all(leader > 0 for leader, *_ in leaders.values())
+                    except kwire.ProtocolError as e:
+                        answered += 1
+                        settled = False
+                        if str(e).endswith(" error 3"):
+                            unknown.append((rnd, n.id))
+                    except OSError:
+                        settled = False  # not listening yet
+                time.sleep(0.005)
+        assert answered > 100
+        assert not unknown, f"(round, node) that called the existing topic unknown: {unknown}"
+    finally:
+        cluster.stop()
+
+
 def test_a_node_cut_off_from_its_peers_answers_metadata_without_disconnects(tmp_path):
     cluster = HelixCluster(tmp_path, 3, proxies=True).start()
     try:

@@ -151,12 +151,17 @@ impl Controller {
     }
 
     /// Whether this node's view has caught up with the controller's log:
-    /// a leader of group 0 is known and everything committed is applied.
-    /// A node that just started holds a log whose commit it has not
-    /// learned yet; until then its topic table may lack topics that exist.
+    /// a leader of group 0 is known, this replica has applied what that
+    /// leader had committed when it first heard it, and the view has
+    /// everything acknowledged. A node that just started (killed -9: it
+    /// recovers its log with nothing known to be committed) holds a log
+    /// whose commit it has not learned yet; until then its topic table may
+    /// lack topics that exist, and a high watermark of 0 proves nothing.
     pub fn caught_up(&self) -> bool {
         let p = &self.partition;
-        p.leadership().leader.is_some() && self.view().next_offset >= p.high_watermark().0
+        p.leadership().leader.is_some()
+            && p.synced_since_start()
+            && self.view().next_offset >= p.high_watermark().0
     }
 
     /// This node's replica of group 0.

@@ -109,6 +109,11 @@ pub struct Published {
     /// may be cut off while the others elect: it names no leader and
     /// serves no reads or writes.
     pub lease_until: std::sync::atomic::AtomicU64,
+    /// Set once, the first time this replica has applied everything that
+    /// was committed when it heard its leader (leading: an entry of its own
+    /// term). A restarted node holds a log whose commit it has not learned:
+    /// until then what it applied may lack what the cluster acknowledged.
+    pub synced_since_start: std::sync::atomic::AtomicBool,
     /// Producers refused here as not the leader since this replica last
     /// stored one of their requests (`refused.rs`).
     pub refused: Mutex<refused::Refused>,
@@ -284,6 +289,7 @@ pub fn recover(
         caught_up: std::sync::atomic::AtomicBool::new(false),
         damaged: std::sync::OnceLock::new(),
         lease_until: std::sync::atomic::AtomicU64::new(0),
+        synced_since_start: std::sync::atomic::AtomicBool::new(false),
         refused: Mutex::new(refused::Refused::default()),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
@@ -393,6 +399,14 @@ impl Partition {
         self.published
             .caught_up
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether this replica has, since the process started, applied
+    /// everything its leader had committed (see `Published`).
+    pub fn synced_since_start(&self) -> bool {
+        self.published
+            .synced_since_start
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Bytes of the log's segment files.
