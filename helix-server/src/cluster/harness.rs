@@ -220,8 +220,15 @@ pub(super) fn leader_of(on: &Broker, topic: &str, p: i32) -> Option<u64> {
 pub(super) async fn produce(b: &Broker, topic: &str, p: i32, values: &[&[u8]]) -> Result<i64> {
     let batch = crate::replica::batch::tests::make_batch(values, -1, -1, 1000);
     let t = b.topic(topic).ok_or(HelixError::UnknownTopicOrPartition)?;
+    t.local(p)?.check_leader(-1)?;
+    queue(b, topic, p, batch).await
+}
+
+/// Queues `batch` (acks=all) straight to the replica of partition `p` on
+/// `b`, whatever its role: the replica itself decides or refuses.
+pub(super) async fn queue(b: &Broker, topic: &str, p: i32, batch: Bytes) -> Result<i64> {
+    let t = b.topic(topic).ok_or(HelixError::UnknownTopicOrPartition)?;
     let part = t.local(p)?.clone();
-    part.check_leader(-1)?;
     let batches: Vec<Bytes> = crate::replica::batch::validate(&batch, i32::MAX, None)?
         .into_iter()
         .map(|v| v.bytes)

@@ -16,6 +16,8 @@ mod harness;
 #[cfg(test)]
 mod lease_tests;
 #[cfg(test)]
+mod refusal_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
