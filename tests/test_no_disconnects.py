@@ -105,26 +105,30 @@ def test_a_starting_cluster_answers_metadata_without_disconnects(tmp_path):
         cluster.stop()
 
 
-ROUNDS = 3
+ROUNDS = 5
+PARTITIONS = 24
 
 
 def test_nodes_killed_and_restarted_together_never_call_an_existing_topic_unknown(tmp_path):
     """Every node killed -9 and started again at once: each recovers its
     controller log with nothing known to be committed (no topic applied)
     and learns the leader within milliseconds. Between learning the leader
-    and applying what that leader had committed, a node that took itself
-    for caught up answered UNKNOWN_TOPIC_OR_PARTITION for a topic that
-    exists (in every round before the fix; librdkafka's consumers report
-    "Subscribed topic not available"). Kafka's brokers open their listener
+    and applying what that leader had committed, and again while the
+    applied record was being reconciled into its topic table (the
+    replicas opened), a node that took itself for caught up answered
+    UNKNOWN_TOPIC_OR_PARTITION for a topic that exists (librdkafka's
+    consumers report "Subscribed topic not available"). Kafka's brokers open their listener
     only once caught up with the metadata log; Helix answers
     LEADER_NOT_AVAILABLE (retriable) until then."""
     cluster = HelixCluster(tmp_path, 3)
     try:
         cluster.start()
+        # Many partitions: reconciling the topic into the table (opening
+        # its replicas) takes long enough to be seen.
         topic = "exists"
         admin = clients.admin(cluster.bootstrap)
-        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=3)])[topic].result(timeout=30)
-        clients.wait_for_partitions(cluster.bootstrap, topic, 2, 30)
+        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3)])[topic].result(timeout=30)
+        clients.wait_for_partitions(cluster.bootstrap, topic, PARTITIONS, 30)
         unknown: list[tuple[int, int]] = []
         answered = 0
         for rnd in range(ROUNDS):

@@ -152,16 +152,19 @@ impl Controller {
 
     /// Whether this node's view has caught up with the controller's log:
     /// a leader of group 0 is known, this replica has applied what that
-    /// leader had committed when it first heard it, and the view has
-    /// everything acknowledged. A node that just started (killed -9: it
+    /// leader had committed when it first heard it, and everything
+    /// acknowledged is applied to the view and reconciled into the topic
+    /// table. A node that just started (killed -9: it
     /// recovers its log with nothing known to be committed) holds a log
     /// whose commit it has not learned yet; until then its topic table may
     /// lack topics that exist, and a high watermark of 0 proves nothing.
     pub fn caught_up(&self) -> bool {
         let p = &self.partition;
+        // `applied` moves once a record's topic change is reconciled into
+        // the topic table; the view's own offset moves before.
         p.leadership().leader.is_some()
             && p.synced_since_start()
-            && self.view().next_offset >= p.high_watermark().0
+            && *self.applied.borrow() >= p.high_watermark().0
     }
 
     /// This node's replica of group 0.
