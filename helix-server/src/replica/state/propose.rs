@@ -165,7 +165,9 @@ impl PartitionState {
                     }
                 }
                 d => {
-                    if let Some(r) = refused.as_mut() {
+                    // Stored in order: no gap of its is left (a duplicate
+                    // closes none).
+                    if let (Decision::Append { .. }, Some(r)) = (&d, refused.as_mut()) {
                         r.forget(p.sender.producer_id);
                     }
                     waiting.push((p, d));
