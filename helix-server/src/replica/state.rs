@@ -456,18 +456,26 @@ impl PartitionState {
             .store(caught_up, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Marks the replica synced once `group` has applied what its leader
-    /// had committed when it told this follower (leader: an entry of its
-    /// own term applied, so everything committed before is).
+    /// Marks the replica synced once `group` has applied and acknowledged
+    /// what its leader had committed when it told this follower (leader:
+    /// an entry of its own term acknowledged, so everything before is).
     pub fn publish_synced(&self, group: &RaftGroup) {
         use std::sync::atomic::Ordering;
         if self.published.synced_since_start.load(Ordering::Relaxed) {
             return;
         }
+        // Acknowledged, not only applied: the high watermark (what readers
+        // of this replica, the controller's view among them, go by) moves
+        // with the acknowledged index.
         let s = group.status();
         let synced = match s.role {
-            Role::Leader => group.term_at(s.applied) == Some(s.term),
-            _ => s.leader.is_some() && s.leader_commit.0 > 0 && s.applied >= s.leader_commit,
+            Role::Leader => group.term_at(s.acknowledged) == Some(s.term),
+            _ => {
+                s.leader.is_some()
+                    && s.leader_commit.0 > 0
+                    && s.applied >= s.leader_commit
+                    && s.acknowledged >= s.leader_commit
+            }
         };
         if synced {
             self.published
