@@ -207,6 +207,20 @@ pub(super) async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The preferred replica of partition `p` of `topic`, once every node names
+/// it leader (the first election may go to another replica on a loaded
+/// machine, and leadership is then handed back).
+pub(super) async fn settled_preferred_leader(c: &TestCluster, topic: &str, p: i32) -> u64 {
+    let preferred = c.broker(1).topic(topic).expect("topic").partitions[p as usize].replicas[0].0;
+    wait_until("every node to name the preferred leader", || {
+        c.ids()
+            .iter()
+            .all(|id| leader_of(c.broker(*id), topic, p) == Some(preferred))
+    })
+    .await;
+    preferred
+}
+
 /// The node that leads partition `p` of `topic`, as `on` sees it.
 pub(super) fn leader_of(on: &Broker, topic: &str, p: i32) -> Option<u64> {
     let t = on.topic(topic)?;

@@ -4,7 +4,7 @@
 //! (`readiness`), where `tests/test_cluster_refused_gap.py` exercises the
 //! refusal at the door (`Partition::check_writable`).
 
-use super::harness::{TestCluster, leader_of, queue, wait_until};
+use super::harness::{TestCluster, leader_of, queue, settled_preferred_leader, wait_until};
 use crate::error::HelixError;
 use crate::replica::batch::tests::make_batch;
 
@@ -22,13 +22,7 @@ async fn a_follower_that_refused_a_batch_and_then_leads_excuses_only_that_gap() 
         .create_topic("r", 1, 3, None, Default::default(), false)
         .await
         .expect("created");
-    let old = c.broker(1).topic("r").expect("r").partitions[0].replicas[0].0;
-    wait_until("every node to name the preferred leader", || {
-        c.ids()
-            .iter()
-            .all(|id| leader_of(c.broker(*id), "r", 0) == Some(old))
-    })
-    .await;
+    let old = settled_preferred_leader(&c, "r", 0).await;
     queue(c.broker(old), "r", 0, from_producer(0))
         .await
         .expect("the first batch is stored");

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use helix_raft::NodeId;
 
-use super::harness::{TestCluster, leader_of, log_bytes, produce, wait_until};
+use super::harness::{
+    TestCluster, leader_of, log_bytes, produce, settled_preferred_leader, wait_until,
+};
 use crate::broker::Broker;
 use crate::error::HelixError;
 
@@ -102,16 +104,9 @@ async fn an_isolated_leader_stops_acknowledging_the_majority_carries_on_and_it_r
         .create_topic("f", 1, 3, None, Default::default(), false)
         .await
         .expect("created");
-    // The preferred replica, once every node names it: the first leader
-    // may be another (on a loaded machine the preferred one can lose the
-    // first election), and the end of the test waits for the preferred one.
-    let old = c.broker(1).topic("f").expect("f").partitions[0].replicas[0].0;
-    wait_until("every node to name the preferred leader", || {
-        c.ids()
-            .iter()
-            .all(|id| leader_of(c.broker(*id), "f", 0) == Some(old))
-    })
-    .await;
+    // The preferred replica: the end of the test waits for leadership to
+    // come back to it.
+    let old = settled_preferred_leader(&c, "f", 0).await;
     let mut acked = Vec::new();
     for k in 0..10u8 {
         let offset = produce(c.broker(old), "f", 0, &[&[k; 50]])

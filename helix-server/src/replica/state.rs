@@ -459,7 +459,8 @@ impl PartitionState {
     /// Marks the replica synced once `group` has applied and acknowledged
     /// what its leader had committed when it told this follower (leader:
     /// an entry of its own term acknowledged, so everything before is).
-    pub fn publish_synced(&self, group: &RaftGroup) {
+    /// `s` is `group`'s status at this tick.
+    pub fn publish_synced(&self, group: &RaftGroup, s: &helix_raft::Status) {
         use std::sync::atomic::Ordering;
         if self.published.synced_since_start.load(Ordering::Relaxed) {
             return;
@@ -467,7 +468,6 @@ impl PartitionState {
         // Acknowledged, not only applied: the high watermark (what readers
         // of this replica, the controller's view among them, go by) moves
         // with the acknowledged index.
-        let s = group.status();
         let synced = match s.role {
             Role::Leader => group.term_at(s.acknowledged) == Some(s.term),
             _ => {

@@ -81,7 +81,7 @@ impl Shard {
                     .or_default()
                     .tick(self.ticks, &status, self.isr_lag_ticks);
             state.publish_caught_up(caught_up);
-            state.publish_synced(group);
+            state.publish_synced(group, &status);
             if group.role() == helix_raft::Role::Leader
                 && group.config().voters.len() > 1
                 && let Some(isr) = self.isr.entry(id).or_default().tick(
