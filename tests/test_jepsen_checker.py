@@ -133,6 +133,21 @@ def test_producer_fatal_is_counted_as_information():
     assert r.counts["producer-fatal"] == 1 and r.valid
 
 
+def test_ack_without_offset_is_information_and_the_value_must_still_be_read():
+    """librdkafka reports a batch answered DUPLICATE_SEQUENCE_NUMBER as
+    delivered at no offset (None): it has no place in the version order
+    (the CI crash of seed 1648916071), but it was acknowledged."""
+    s = clean_story()
+    inv = s.h.add("producer-0", INVOKE, "send", "p0-1", partition=0)
+    s.h.complete(inv, OK, offset=None)  # a retry of p0-1, stored at offset 2
+    r = s.check()
+    assert r.valid and r.counts["ack-without-offset"] == 1 and r.counts["duplicate"] == 0, r.to_json()
+    inv = s.h.add("producer-0", INVOKE, "send", "never-stored", partition=0)
+    s.h.complete(inv, OK, offset=None)
+    r = s.check()
+    assert r.counts["lost-write"] == 1 and r.cases["lost-write"][0]["value"] == "never-stored", r.to_json()
+
+
 def test_nonmonotonic_send_offsets_go_backwards_in_send_order():
     s = Story()
     s.send("producer-0", 0, "a", 5)

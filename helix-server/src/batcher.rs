@@ -21,14 +21,13 @@ pub struct BatchLimits {
     pub max_requests: usize,
 }
 
-/// The answer to one produce request for one partition.
+/// The answer to one produce request for one partition. A batch already in
+/// the log (an idempotent retry) is answered as Kafka does: no error and its
+/// original base offset.
 #[derive(Debug)]
 pub struct ProduceAck {
     pub base_offset: Offset,
     pub log_start_offset: Offset,
-    /// The batch was already in the log (an idempotent retry): answered
-    /// with DUPLICATE_SEQUENCE_NUMBER and its original base offset.
-    pub duplicate: bool,
 }
 
 pub type ProduceOutcome = Result<ProduceAck>;

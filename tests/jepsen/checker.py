@@ -14,6 +14,10 @@ read (consumer polls and the final read) say sits at each offset. From it:
 - ``producer-fatal`` (informational): an idempotent producer got a fatal
   error (OUT_OF_ORDER_SEQUENCE_NUMBER, ...) and was replaced; with a correct
   broker its sequence state never desynchronises.
+- ``ack-without-offset`` (informational): a send reported delivered with no
+  offset (the client's answer to DUPLICATE_SEQUENCE_NUMBER; Kafka answers a
+  retry of a recent batch with its offset instead). The value must still be
+  in the final read; it has no place in the version order.
 - ``nonmonotonic-send``: one producer's acknowledged offsets for a
   partition do not increase in the order it sent them.
 - ``nonmonotonic-poll``: a consumer's successive reads of a partition go
@@ -43,7 +47,7 @@ from .history import FAIL, INFO, INVOKE, OK
 ANOMALIES = ("lost-write", "duplicate", "inconsistent-offsets", "nonmonotonic-send",
              "nonmonotonic-poll", "poll-skip", "commit-backwards", "aborted-read",
              "final-read-incomplete", "replica-divergence")
-INFORMATIONAL = ("unseen", "producer-fatal")
+INFORMATIONAL = ("unseen", "producer-fatal", "ack-without-offset")
 RESETS = ("assign", "subscribe", "rebalance")
 # How many examples of each anomaly a result keeps (the counts are exact).
 MAX_CASES = 50
@@ -95,7 +99,10 @@ def check(ops: list[dict]) -> Result:
     # Version order: partition -> offset -> {value: first op index seen}.
     log: dict[int, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
     for op in acked:
-        log[op["partition"]][op["offset"]].setdefault(op["value"], op["index"])
+        if op["offset"] is None:
+            r.add("ack-without-offset", op["partition"], value=op["value"], index=op["index"])
+        else:
+            log[op["partition"]][op["offset"]].setdefault(op["value"], op["index"])
     for op in ops:
         for p, o, v in _reads(op):
             log[p][o].setdefault(v, op["index"])
@@ -117,7 +124,7 @@ def check(ops: list[dict]) -> Result:
             r.add("aborted-read", p, value=v, offset=o, index=log[p][o][v])
 
     _lost_and_unseen(ops, acked, trims, r)
-    _nonmonotonic_send(acked, invokes, r)
+    _nonmonotonic_send([op for op in acked if op["offset"] is not None], invokes, r)
     _poll_order(ops, log, trims, r)
     _commits(ops, r)
     for op in ops:
@@ -161,13 +168,17 @@ def _lost_and_unseen(ops: list[dict], acked: list[dict], trims: dict, r: Result)
     polled = {v for op in ops if op["f"] == "poll" for _, _, v in _reads(op)}
     for op in acked:
         p = op["partition"]
-        if op["offset"] < _trimmed_below(trims, p):
+        offset = op["offset"]
+        if offset is None and _trimmed_below(trims, p) > 0:
+            continue  # an unknown offset may be below the trim
+        if offset is not None and offset < _trimmed_below(trims, p):
             continue
         read = final.get(p)
         # An incomplete final read vouches only for the offsets it reached;
         # a complete one for everything (an acknowledged offset at or past
         # the high watermark is lost too).
-        covered = read is not None and (read["type"] == OK or op["offset"] < read["value"]["next_offset"])
+        covered = read is not None and (read["type"] == OK or (
+            offset is not None and offset < read["value"]["next_offset"]))
         if covered and op["value"] not in final_values[p]:
             r.add("lost-write", p, value=op["value"], offset=op["offset"], index=op["index"])
         if op["value"] not in polled:

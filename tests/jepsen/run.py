@@ -179,7 +179,7 @@ def run(opts: Options) -> dict:
         cluster.stop()
         final.compare_replicas(cluster.stored_logs(), history)
         phase("stop-compare")
-    except BaseException as e:
+    except Exception as e:  # told in the report; an interrupt or pytest's timeout unwinds on
         errors.append(f"run: {e!r}")
     finally:
         for c in clients:
@@ -218,7 +218,7 @@ def summary(report: dict) -> str:
              f"acknowledged: {st['acknowledged']}"]
     for name in checker.ANOMALIES + checker.INFORMATIONAL:
         tag = " (informational)" if name in checker.INFORMATIONAL else ""
-        lines.append(f"{name + tag:<32} {check['counts'][name]}")
+        lines.append(f"{name + tag:<36} {check['counts'][name]}")
     lines.append("longest unavailability per partition: " + ", ".join(
         f"p{p} {u['longest_s']}s (from {u['from_s']}s)" for p, u in check["unavailability_s"].items()))
     lines.append("phases (s): " + ", ".join(f"{k} {v}" for k, v in report["phases_s"].items()))

@@ -10,7 +10,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_request::PartitionProduceData;
 use kafka_protocol::messages::produce_response::{
     LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
@@ -29,7 +28,7 @@ use crate::batcher::{PendingProduce, ProduceOutcome};
 use crate::budget::Backpressure;
 use crate::clock::now_ms;
 use crate::controller::topic_config::EffectiveConfig;
-use crate::error::{HelixError, code};
+use crate::error::HelixError;
 use crate::metrics::{Metrics, metrics};
 use crate::replica::batch;
 use crate::replica::recompress::recompress;
@@ -310,9 +309,6 @@ pub async fn enqueue(
                         r.base_offset = ack.base_offset.0;
                         r.log_start_offset = ack.log_start_offset.0;
                         r.log_append_time_ms = append_time;
-                        if ack.duplicate {
-                            r.error_code = code(ResponseError::DuplicateSequenceNumber);
-                        }
                     }
                     Ok(None) => {}
                     Err(e) => {

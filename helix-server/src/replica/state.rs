@@ -329,7 +329,6 @@ impl PartitionState {
                                 Ok(ProduceAck {
                                     base_offset: Offset(base_offset),
                                     log_start_offset: Offset(log_start),
-                                    duplicate: false,
                                 })
                             } else {
                                 tracing::error!(
@@ -346,7 +345,6 @@ impl PartitionState {
                         Decision::Duplicate { base_offset } => Ok(ProduceAck {
                             base_offset: Offset(base_offset),
                             log_start_offset: Offset(log_start),
-                            duplicate: true,
                         }),
                         Decision::Reject(err) => Err(err),
                     };
