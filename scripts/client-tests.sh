@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 jobs=${HELIX_TEST_JOBS:-2}
 args=(-q)
 if [[ $jobs -gt 1 ]] && python3 -c 'import xdist' 2>/dev/null; then
-  args+=(-n "$jobs" --dist loadfile)
+  # A crashed worker (conftest.py's watchdog ended a hung test) is not
+  # replaced: with loadfile, xdist would run the hung test again on it.
+  args+=(-n "$jobs" --dist loadfile --max-worker-restart 0)
 fi
 exec python3 -m pytest "${args[@]}" tests "$@"

@@ -3,6 +3,8 @@ unique topic names so tests can run in parallel against one broker."""
 
 from __future__ import annotations
 
+import faulthandler
+import os
 import re
 import shutil
 import sys
@@ -18,6 +20,32 @@ import harness  # noqa: E402
 
 def pytest_report_header(config):
     return f"broker under test: {harness.target_description()}"
+
+
+# pytest-timeout (pytest.ini) fails a test from a SIGALRM handler, which runs
+# only when the main thread is back in Python; a test stuck inside librdkafka
+# never is, and once hung the whole suite (the CI of 28dfead ran into its
+# 90 minutes). This watchdog is the backstop: past the timeout and a grace,
+# every thread's stack goes to the real stderr and the worker exits (a
+# failure, and client-tests.sh starts no replacement).
+HARD_GRACE_S = 120
+_real_stderr = None
+
+
+def pytest_configure(config):
+    global _real_stderr
+    _real_stderr = os.fdopen(os.dup(2), "w")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    limit = float(item.config.getini("timeout") or 0)
+    if limit > 0:
+        faulthandler.dump_traceback_later(limit + HARD_GRACE_S, exit=True, file=_real_stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -17,7 +17,7 @@ import harness
 import kwire
 
 from .history import INFO, OK, History
-from .workload import LOG
+from .workload import LOG, close_within
 
 READ_TIMEOUT_S = 120.0
 SETTLE_TIMEOUT_S = 60.0
@@ -40,7 +40,7 @@ def watermarks(bootstrap: str, topic: str, partitions: int, history: History,
                     raise
                 time.sleep(0.5)
     finally:
-        c.close()
+        close_within(c, "watermarks")
 
 
 def final_read(bootstrap: str, topic: str, partitions: int, history: History,
@@ -70,7 +70,7 @@ def final_read(bootstrap: str, topic: str, partitions: int, history: History,
                 elif err.code() != KafkaError._PARTITION_EOF and len(errors) < 10:
                     errors.append(str(err))
     finally:
-        c.close()
+        close_within(c, "final read")
     for p in range(partitions):
         low, high = marks[p]
         done = nxt[p] >= high

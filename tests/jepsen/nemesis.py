@@ -37,7 +37,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from .history import INFO, INVOKE, OK, History
-from .workload import LOG
+from .workload import LOG, close_within
 
 NODE_FAULTS = ("kill", "kill-minority", "kill-all", "pause", "restart", "wipe", "truncate",
                "lose-snapshot", "disk-loss-election")
@@ -392,7 +392,7 @@ class Nemesis:
         try:
             low, high = c.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=5)
         finally:
-            c.close()
+            close_within(c, "nemesis-trim")
         offset = low + int((high - low) * fraction)
         if offset <= low:
             return None

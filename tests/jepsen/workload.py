@@ -37,6 +37,30 @@ MESSAGE_TIMEOUT_MS = 60_000
 POLL_BATCH = 500
 
 
+# A consumer's close() waits on its group coordinator inside librdkafka,
+# where no Python signal (pytest's timeout) reaches the thread.
+CLOSE_TIMEOUT_S = 30.0
+
+
+def close_within(consumer: Consumer, what: str, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+    """consumer.close() on a daemon thread, waited for at most timeout_s:
+    a close that never returns is raised as an error of the run (naming
+    `what`) instead of hanging the thread that called it."""
+    done = threading.Event()
+
+    def close() -> None:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError) as e:
+            LOG.info("%s: close failed: %s", what, e)
+        finally:
+            done.set()
+
+    threading.Thread(target=close, daemon=True, name=f"close-{what}").start()
+    if not done.wait(timeout_s):
+        raise RuntimeError(f"{what}: consumer close() did not return within {timeout_s:g} s")
+
+
 class Client(threading.Thread):
     def __init__(self, name: str, bootstrap: str, topic: str, partitions: int, history: History):
         super().__init__(daemon=True, name=name)
@@ -225,7 +249,7 @@ class PollingConsumer(Client):
                 records = self.poll_once()
                 self.after_poll(records)
         finally:
-            self.consumer.close()
+            close_within(self.consumer, self.proc)
 
 
 class AssignConsumer(PollingConsumer):
