@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use common::{BrokerProcess, batch};
 use kafka_protocol::messages::*;
@@ -168,15 +170,16 @@ fn acknowledged_records_and_topics_survive_kill_9_and_offsets_continue() {
 fn a_second_broker_on_the_same_data_dir_is_refused_and_sigterm_exits_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = BrokerProcess::start(dir.path());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_helix-server"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{}", common::free_port()),
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .expect("run second broker");
+    let out = common::output_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_helix-server"))
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{}", common::free_port()),
+                "--data-dir",
+            ])
+            .arg(dir.path()),
+        Duration::from_secs(60),
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("in use by another broker"), "{stderr}");

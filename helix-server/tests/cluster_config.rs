@@ -1,6 +1,7 @@
 //! The real binary refuses a bad cluster file at start, naming the key.
 
 use std::process::Command;
+use std::time::Duration;
 
 mod common;
 
@@ -9,13 +10,14 @@ fn start_with(toml: &str, node_id: &str) -> (bool, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("cluster.toml");
     std::fs::write(&config, toml).expect("write config");
-    let out = Command::new(env!("CARGO_BIN_EXE_helix-server"))
-        .arg("--config")
-        .arg(&config)
-        .args(["--node-id", node_id, "--data-dir"])
-        .arg(dir.path().join("data"))
-        .output()
-        .expect("run helix-server");
+    let out = common::output_within(
+        Command::new(env!("CARGO_BIN_EXE_helix-server"))
+            .arg("--config")
+            .arg(&config)
+            .args(["--node-id", node_id, "--data-dir"])
+            .arg(dir.path().join("data")),
+        Duration::from_secs(60),
+    );
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

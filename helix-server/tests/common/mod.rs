@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -24,12 +25,65 @@ pub struct BrokerProcess {
     pub data_dir: PathBuf,
 }
 
-/// A port that was free a moment ago.
+/// Ports handed out by [`free_port`]: below the kernel's ephemeral range
+/// (32768-60999), so no outgoing connection takes one as its source port,
+/// and a connect to a port nothing listens on yet can never connect to
+/// itself (a self-connect made `start_with` return before its broker
+/// listened, and the second broker of a test won the data-dir lock).
+const PORTS: std::ops::Range<u32> = 20000..32000;
+
+/// A port that was free a moment ago, not handed out before by this process.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let span = PORTS.end - PORTS.start;
+    // Another test binary may run beside this one: start where the pid says.
+    let offset = std::process::id() * 7919;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (PORTS.start + (offset + n) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {PORTS:?}")
+}
+
+/// Runs `cmd` to its end with stdout and stderr captured, at most `limit`:
+/// a process that should have refused to start but serves is killed and
+/// named, instead of hanging the test forever (`Command::output` waits
+/// without a bound).
+pub fn output_within(cmd: &mut Command, limit: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = read(Box::new(child.stdout.take().expect("stdout")));
+    let err = read(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} was still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
 }
 
 impl BrokerProcess {
@@ -53,13 +107,16 @@ impl BrokerProcess {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn helix-server");
-        let b = BrokerProcess {
+        let mut b = BrokerProcess {
             child,
             addr,
             data_dir: data_dir.to_path_buf(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(addr).is_err() {
+            if let Ok(Some(status)) = b.child.try_wait() {
+                panic!("helix-server exited with {status} before listening on {addr}");
+            }
             assert!(
                 Instant::now() < deadline,
                 "helix-server did not start listening on {addr}"
