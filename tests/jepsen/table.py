@@ -24,11 +24,14 @@ SHORT = {"lost-write": "lost", "duplicate": "dup", "inconsistent-offsets": "inco
          "nonmonotonic-send": "nm-send", "nonmonotonic-poll": "nm-poll", "poll-skip": "skip",
          "commit-backwards": "commit-back", "aborted-read": "aborted", "final-read-incomplete": "final-incompl",
          "replica-divergence": "diverge", "unseen": "unseen", "producer-fatal": "fatal"}
+# The table's count columns; a newer informational count (ack-without-offset)
+# goes to the errors cell when it is not 0, so the rows of older runs line up.
+COLUMNS = [n for n in ANOMALIES + INFORMATIONAL if n in SHORT]
 
 
 def header() -> str:
     cols = ["seed", "nodes", "duration", "operations", "faults by kind", "acknowledged"]
-    cols += [SHORT[n] for n in ANOMALIES + INFORMATIONAL] + ["longest unavailability (partition)", "errors"]
+    cols += [SHORT[n] for n in COLUMNS] + ["longest unavailability (partition)", "errors"]
     return "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
 
 
@@ -41,8 +44,10 @@ def row(report: dict) -> str:
     unavail = f"{worst[1]['longest_s']} s (p{worst[0]})" if worst else "-"
     cells = [str(report["seed"]), str(report["nodes"]), f"{report['duration_s']:g} s", str(ops), faults,
              str(st["acknowledged"])]
-    cells += [str(check["counts"].get(n, "-")) for n in ANOMALIES + INFORMATIONAL]
-    cells += [unavail, "; ".join(e[:80] for e in report["errors"]) or "-"]
+    cells += [str(check["counts"].get(n, "-")) for n in COLUMNS]
+    notes = [e[:80] for e in report["errors"]]
+    notes += [f"{n} {c}" for n, c in check["counts"].items() if n not in COLUMNS and c]
+    cells += [unavail, "; ".join(notes) or "-"]
     return "| " + " | ".join(cells) + " |"
 
 
