@@ -371,3 +371,26 @@ def test_java_admin_group_offsets_refused_on_active_allowed_on_empty(broker, top
     out = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, f"{out}\n{proc.stderr.decode(errors='replace')[-6000:]}"
     assert "HELIX-JAVA-GROUP-ADMIN OK" in out
+
+
+@pytest.mark.parametrize("internal", ["excluded", "include-internal"])
+def test_java_pattern_subscription_takes_internal_topics_only_when_asked(broker, topic, internal):
+    """Issue 32 item 5: Metadata marks __consumer_offsets internal, so a Java
+    pattern subscription that matches it by name is assigned only the user
+    topic with the client's default exclude.internal.topics, and the
+    internal topic too when asked (exclude.internal.topics=false)."""
+    clients.create_topic(broker.bootstrap, topic, 2)
+    # Kafka creates __consumer_offsets on its first group use: one commit.
+    c = group_consumer(broker, f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        c.close()
+    libs = javalibs.maven_libs("kafka-clients", "3.9.1")
+    source = javalibs.JAVA_DIR / "HelixPatternCheck.java"
+    cp = f"{javalibs.compiled(source, libs)}:{libs}/*"
+    proc = javalibs.java(cp, "HelixPatternCheck", broker.bootstrap, topic, f"g-{uuid.uuid4().hex[:8]}", internal)
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, f"{out}\n{proc.stderr.decode(errors='replace')[-6000:]}"
+    want = f"__consumer_offsets,{topic}" if internal == "include-internal" else topic
+    assert f"HELIX-JAVA-PATTERN assigned={want}\n" in out, out
