@@ -16,6 +16,7 @@ pub mod entry;
 pub mod internal;
 pub mod learner;
 pub mod links;
+pub mod markers;
 pub mod producers;
 mod published;
 pub mod raft;
@@ -24,6 +25,8 @@ pub mod records;
 pub mod refused;
 pub mod scan;
 pub mod state;
+#[cfg(test)]
+pub(crate) mod txn_tests;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
@@ -184,6 +187,7 @@ pub fn recover(
     let snapshot = snapshot.and_then(|s| s.describes(&log));
     let (mut producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;
     producers.set_expiration(settings.producer_id_expiration_ms);
+    producers.trim_aborted(recovery.log_start_offset);
     let group = raft::restore_group(&settings.spec, hard_state, &log)?;
     // What consumers may read until the group acknowledges more: for one
     // voter its whole WAL (its own durable log is a majority); otherwise
@@ -212,6 +216,12 @@ pub fn recover(
     let published = Arc::new(Published {
         reader: RwLock::new(log.reader()),
         high_watermark: watch::channel(Offset(high_watermark)).0,
+        // Transactions ended but not known acknowledged are not known
+        // here: the scan counts them ended (a restart forgets which).
+        first_unstable: std::sync::atomic::AtomicI64::new(
+            producers.first_unstable().unwrap_or(i64::MAX),
+        ),
+        aborted: RwLock::new(producers.aborted().copied().collect()),
         max_timestamp: Mutex::new(max_ts),
         leadership: watch::channel(Leadership::default()).0,
         isr: Mutex::new(Vec::new()),
@@ -422,7 +432,51 @@ impl Partition {
     /// out of range: a new leader may not have learned yet what its
     /// predecessor acknowledged (Kafka answers the same way).
     pub fn read(&self, from: Offset, max_bytes: usize) -> Result<Bytes> {
-        self.read_with(from.0, max_bytes, LogReader::read)
+        self.read_with(from.0, max_bytes, self.high_watermark().0, LogReader::read)
+    }
+
+    /// [`Partition::read`] for read_committed consumers: never at or past
+    /// the last stable offset (`offset < lso`: the batch holding the first
+    /// offset of an open transaction is not returned).
+    pub fn read_committed(&self, from: Offset, max_bytes: usize) -> Result<Bytes> {
+        let lso = self.last_stable_offset().0;
+        self.read_with(from.0, max_bytes, lso, LogReader::read)
+    }
+
+    /// What read_committed consumers may read, exclusive: the high
+    /// watermark held back by open transactions (ADR 0026). Equal to the
+    /// high watermark when the partition has none.
+    pub fn last_stable_offset(&self) -> Offset {
+        let hw = self.high_watermark();
+        let unstable = self
+            .published
+            .first_unstable
+            .load(std::sync::atomic::Ordering::Acquire);
+        hw.min(Offset(unstable))
+    }
+
+    /// The aborted transactions a read_committed fetch of `[from, upper)`
+    /// must be told about (Kafka's `collectAbortedTransactions`).
+    pub fn aborted_transactions(&self, from: Offset, upper: Offset) -> Vec<markers::AbortedTxn> {
+        match self.published.aborted.read() {
+            Ok(index) => markers::overlapping(&index, from.0, upper.0),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Writes a transaction marker (WriteTxnMarkers) through this
+    /// partition's Raft group, as its leader decides it (a stale epoch or
+    /// coordinator is refused and never stored). Answers the marker's
+    /// offset once it is acknowledged.
+    // Called by the transaction coordinator's host (issue 32, next step).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub async fn write_marker(&self, marker: markers::Marker) -> Result<Offset> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(PartitionCommand::Marker { marker, reply })
+            .await
+            .map_err(|_| HelixError::ShuttingDown)?;
+        rx.await.map_err(|_| HelixError::ShuttingDown)?.map(Offset)
     }
 
     /// [`Partition::read`] through `wal_read` (the WAL's read, or the
@@ -431,6 +485,7 @@ impl Partition {
         &self,
         from: i64,
         max_bytes: usize,
+        bound: i64,
         wal_read: fn(&LogReader, i64, usize) -> helix_wal::Result<helix_wal::ReadResult>,
     ) -> Result<Bytes> {
         let hw = self.high_watermark().0;
@@ -438,19 +493,21 @@ impl Partition {
         if from < reader.log_start_offset() || from > hw.max(reader.next_offset()) {
             return Err(HelixError::OffsetOutOfRange);
         }
-        if from >= hw {
+        let bound = bound.min(hw);
+        if from >= bound {
             return Ok(Bytes::new());
         }
         let read = wal_read(&reader, from, max_bytes).map_err(|e| self.found(e))?;
-        if read.next_offset <= hw {
+        if read.next_offset <= bound {
             return Ok(read.bytes);
         }
-        // The read reached applied but unacknowledged batches: cut them off
-        // at a batch boundary (a slice, no copy).
+        // The read reached applied but unacknowledged batches, or an open
+        // transaction: cut them off at a batch boundary (a slice, no copy;
+        // both bounds are batch boundaries).
         let mut end = 0usize;
         while end < read.bytes.len() {
             let h = batch::parse_header(&read.bytes[end..])?;
-            if h.base_offset >= hw {
+            if h.base_offset >= bound {
                 break;
             }
             end += h.total_len();
@@ -492,7 +549,12 @@ impl Partition {
     /// them before. Damage is recorded as on any read (the replica takes no
     /// more writes; in a cluster it stands down).
     pub fn scrub(&self, from: Offset, max_bytes: usize) -> Result<Bytes> {
-        self.read_with(from.0, max_bytes, LogReader::reverify)
+        self.read_with(
+            from.0,
+            max_bytes,
+            self.high_watermark().0,
+            LogReader::reverify,
+        )
     }
 
     /// The current reader handle (cheap: a clone of an `Arc`).

@@ -9,6 +9,7 @@
 //! entry carries the term it was proposed in (docs/raft.md).
 
 mod propose;
+mod txn;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -56,6 +57,10 @@ pub struct PartitionState {
     applied: LogIndex,
     /// The last leadership published to readers.
     leadership: Leadership,
+    /// Transactions ended by a marker not yet acknowledged: (first offset,
+    /// marker offset). They hold the last stable offset back as if open
+    /// (Kafka's `unreplicatedTxns`): the marker may still be cut.
+    unreplicated: VecDeque<(i64, i64)>,
 }
 
 impl PartitionState {
@@ -80,6 +85,7 @@ impl PartitionState {
             acknowledged: LogIndex(0),
             applied,
             leadership: Leadership::default(),
+            unreplicated: VecDeque::new(),
         }
     }
 
@@ -155,6 +161,9 @@ impl PartitionState {
                     return false;
                 }
             }
+            Work::Control(PartitionCommand::Marker { marker, reply }) => {
+                self.propose_marker(group, marker, reply)
+            }
             Work::Control(PartitionCommand::Retention { now_ms }) => self.retention(now_ms),
         }
         true
@@ -180,6 +189,8 @@ impl PartitionState {
         if let Ok(mut m) = self.published.max_timestamp.lock() {
             *m = max_ts;
         }
+        let end = log.next_offset();
+        self.unreplicated.retain(|(_, marker)| *marker < end);
         let err = HelixError::NotLeader;
         while self.unacked.back().is_some_and(|u| u.index > after) {
             if let Some(mut u) = self.unacked.pop_back() {
@@ -192,7 +203,8 @@ impl PartitionState {
             }
         }
         Metrics::count(&metrics().counters.wal_truncations, 1);
-        tracing::info!(dir = %self.dir.display(), after = after.0, next_offset = log.next_offset(), "WAL truncated to the new leader's log");
+        tracing::info!(dir = %self.dir.display(), after = after.0, next_offset = end, "WAL truncated to the new leader's log");
+        self.publish_txns();
         Ok(())
     }
 
@@ -298,8 +310,10 @@ impl PartitionState {
                         .map(|o| o.log_start_offset)
                         .map_err(HelixError::from)
                 };
+                self.trim_aborted();
                 Applying::DeleteRecords(result)
             }
+            PartitionEntry::Marker(marker) => Applying::Marker(self.apply_marker(pos, &marker)?),
         })
     }
 
@@ -357,7 +371,10 @@ impl PartitionState {
                 }
             }
             (Some(Waiter::DeleteRecords(reply)), Some(Applying::DeleteRecords(result))) => {
-                unacked.delete_reply = Some((reply, result));
+                unacked.offset_reply = Some((reply, result));
+            }
+            (Some(Waiter::Marker(reply)), Some(Applying::Marker(offset))) => {
+                unacked.offset_reply = Some((reply, Ok(offset)));
             }
             (Some(waiter), _) => {
                 tracing::error!(?index, "entry kind does not match its waiter");
@@ -399,6 +416,10 @@ impl PartitionState {
         if let Some(at) = u.proposed_at {
             metrics().record(Stage::Ack, at.elapsed());
         }
+        // Transactions first: a reader that sees the new high watermark
+        // sees what holds the last stable offset back at it.
+        let hw = self.published.high_watermark.borrow().0.max(u.end_offset);
+        self.publish_unstable(hw);
         self.published.high_watermark.send_if_modified(|hw| {
             let moved = u.end_offset > hw.0;
             if moved {
@@ -496,6 +517,7 @@ impl PartitionState {
         if let Err(e) = log.apply_retention(now_ms) {
             tracing::warn!(error = %e, "retention failed");
         }
+        self.trim_aborted();
     }
 
     /// Applies changed topic settings that the WAL takes only at open:
@@ -582,6 +604,8 @@ enum Applying {
     /// Base offset of each request of the entry.
     Produce(Vec<i64>),
     DeleteRecords(Result<i64>),
+    /// The marker's offset.
+    Marker(i64),
 }
 
 /// The open log; an error only if a reopen failed earlier.
