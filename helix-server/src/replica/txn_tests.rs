@@ -308,3 +308,26 @@ async fn a_marker_written_through_the_partition_answers_its_offset() {
     assert_eq!(all_aborted(&r), vec![]);
     assert_eq!(r.partition.last_stable_offset(), Offset(1));
 }
+
+/// A new leader's log cuts B's abort marker (never acknowledged): B's
+/// transaction is open again and the index forgets the abort, until the
+/// marker is applied again.
+#[test]
+fn a_cut_marker_reopens_its_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut r = open_replica(dir.path());
+    let entries = scenario();
+    for (i, data) in entries.iter().enumerate() {
+        apply(&mut r, i as u64 + 1, data.clone());
+    }
+    r.state.acknowledged(LogIndex(4));
+    assert_eq!(r.partition.last_stable_offset(), Offset(4));
+    assert_eq!(all_aborted(&r).len(), 1);
+    r.state.truncate(LogIndex(4)).expect("truncate");
+    assert_eq!(all_aborted(&r), vec![]);
+    assert_eq!(r.partition.last_stable_offset(), Offset(4));
+    apply(&mut r, 5, entries[4].clone());
+    r.state.acknowledged(LogIndex(5));
+    assert_eq!(all_aborted(&r).len(), 1);
+    assert_eq!(r.partition.last_stable_offset(), Offset(8));
+}
