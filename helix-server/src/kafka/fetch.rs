@@ -177,8 +177,14 @@ fn read_once(
 /// The aborted transactions overlapping `stored`, read from `from`: those
 /// ending at or after `from` and starting before the offset after the last
 /// batch returned (Kafka's `collectAbortedTransactions` for the fetch's
-/// upper bound). Nothing returned, nothing to tell.
+/// upper bound). Nothing returned, nothing to tell. librdkafka reads
+/// read_committed by default: the batches are walked only when some
+/// aborted transaction ends at or after `from`.
 fn aborted_in(p: &Partition, from: i64, stored: &[u8]) -> Vec<AbortedTransaction> {
+    let candidates = p.aborted_transactions(Offset(from), Offset(i64::MAX));
+    if candidates.is_empty() {
+        return Vec::new();
+    }
     let mut upper = None;
     let mut pos = 0usize;
     while let Some(h) = stored
@@ -191,8 +197,9 @@ fn aborted_in(p: &Partition, from: i64, stored: &[u8]) -> Vec<AbortedTransaction
     let Some(upper) = upper else {
         return Vec::new();
     };
-    p.aborted_transactions(Offset(from), Offset(upper))
+    candidates
         .into_iter()
+        .filter(|a| a.first_offset < upper)
         .map(|a| {
             AbortedTransaction::default()
                 .with_producer_id(ProducerId(a.producer_id))

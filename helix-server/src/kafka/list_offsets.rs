@@ -1,6 +1,7 @@
 //! ListOffsets: earliest, latest, by timestamp, max timestamp. Latest is the
 //! high watermark, or for isolation_level 1 (read_committed) the last
-//! stable offset (ADR 0026); the two are equal without open transactions.
+//! stable offset (ADR 0026), which also bounds the lookups by time; the
+//! two are equal without open transactions.
 //!
 //! v0 (clients of Kafka 0.9 and earlier, served as Kafka 3.9 serves them)
 //! answers a list of offsets instead of one offset and timestamp. Kafka
@@ -67,10 +68,16 @@ pub fn handle(node: Partitions<'_>, req: ListOffsetsRequest, version: i16) -> Li
 }
 
 /// (offset, timestamp) for one partition; offset -1 when no record matches.
+/// Only offsets below the last fetchable one are answered: the high
+/// watermark, or for read_committed the last stable offset (Kafka's
+/// `lastFetchableOffset`).
 fn lookup(p: &Partition, timestamp: i64, isolation: i8) -> Result<(i64, i64), HelixError> {
-    let hw = p.high_watermark().0;
+    let hw = if isolation == READ_COMMITTED {
+        p.last_stable_offset().0
+    } else {
+        p.high_watermark().0
+    };
     match timestamp {
-        LATEST | LATEST_TIERED if isolation == READ_COMMITTED => Ok((p.last_stable_offset().0, -1)),
         LATEST | LATEST_TIERED => Ok((hw, -1)),
         EARLIEST | EARLIEST_LOCAL => Ok((p.log_start_offset().0, -1)),
         MAX_TIMESTAMP => {
@@ -115,5 +122,10 @@ mod tests {
         let lookup = |isolation| lookup(&r.partition, LATEST, isolation).expect("lookup");
         assert_eq!(lookup(READ_COMMITTED), (8, -1), "A's open transaction at 8");
         assert_eq!(lookup(0), (10, -1), "the high watermark");
+        // A's open transaction holds its record (at 8, time 1400) back
+        // from read_committed lookups by time.
+        let by_time = |isolation| super::lookup(&r.partition, 1_400, isolation).expect("lookup");
+        assert_eq!(by_time(READ_COMMITTED), (-1, -1));
+        assert_eq!(by_time(0), (8, 1_400));
     }
 }

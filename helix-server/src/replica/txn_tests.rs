@@ -67,7 +67,7 @@ pub(crate) fn marker(producer_id: i64, epoch: i16, commit: bool, coordinator: i3
         producer_epoch: epoch,
         commit,
         coordinator_epoch: coordinator,
-        timestamp: 5_000,
+        timestamp: 1_250,
     }
 }
 
