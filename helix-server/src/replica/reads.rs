@@ -31,14 +31,19 @@ impl Partition {
 
     /// What read_committed consumers may read, exclusive: the high
     /// watermark held back by open transactions (ADR 0026). Equal to the
-    /// high watermark when the partition has none.
+    /// high watermark when the partition has none. A transaction whose
+    /// first records were removed holds it at the log start (Kafka's
+    /// clamp in `maybeIncrementFirstUnstableOffset`).
     pub fn last_stable_offset(&self) -> Offset {
         let hw = self.high_watermark();
         let unstable = self
             .published
             .first_unstable
             .load(std::sync::atomic::Ordering::Acquire);
-        hw.min(Offset(unstable))
+        if unstable == i64::MAX {
+            return hw;
+        }
+        hw.min(Offset(unstable.max(self.log_start_offset().0)))
     }
 
     /// The aborted transactions a read_committed fetch of `[from, upper)`

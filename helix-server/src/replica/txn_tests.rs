@@ -331,3 +331,18 @@ fn a_cut_marker_reopens_its_transaction() {
     assert_eq!(all_aborted(&r).len(), 1);
     assert_eq!(r.partition.last_stable_offset(), Offset(8));
 }
+
+/// DeleteRecords past B's aborted transaction and into A's open one: the
+/// index drops B (wholly below the log start) and the open transaction
+/// holds the LSO at the log start.
+#[test]
+fn deleting_records_trims_the_index_and_clamps_the_lso_to_the_log_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut r = replica_with_scenario(dir.path());
+    apply(&mut r, 8, entry::encode_delete_records(9));
+    r.state.acknowledged(LogIndex(8));
+    assert_eq!(r.partition.log_start_offset(), Offset(9));
+    assert_eq!(all_aborted(&r), vec![]);
+    assert_eq!(r.partition.last_stable_offset(), Offset(9));
+    assert_eq!(r.partition.high_watermark(), Offset(10));
+}
