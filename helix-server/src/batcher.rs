@@ -111,6 +111,12 @@ pub enum PartitionCommand {
         before: i64,
         reply: oneshot::Sender<Result<i64>>,
     },
+    /// A transaction marker (WriteTxnMarkers): replied with the marker's
+    /// offset once acknowledged.
+    Marker {
+        marker: crate::replica::markers::Marker,
+        reply: oneshot::Sender<Result<i64>>,
+    },
     /// Apply retention as of `now_ms`.
     Retention {
         now_ms: i64,

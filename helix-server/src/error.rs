@@ -63,6 +63,10 @@ pub enum HelixError {
     UnknownProducerId(i64),
     #[error("transactions are not supported")]
     TransactionsUnsupported,
+    #[error("a newer transaction coordinator has written markers for this producer")]
+    TransactionCoordinatorFenced,
+    #[error("a non-transactional batch from a producer with an open transaction")]
+    InvalidTxnState,
     #[error("offset out of range")]
     OffsetOutOfRange,
     #[error("request timed out waiting for {0}")]
@@ -145,6 +149,8 @@ impl HelixError {
             HelixError::TransactionsUnsupported => {
                 ResponseError::TransactionalIdAuthorizationFailed
             }
+            HelixError::TransactionCoordinatorFenced => ResponseError::TransactionCoordinatorFenced,
+            HelixError::InvalidTxnState => ResponseError::InvalidTxnState,
             HelixError::OffsetOutOfRange => ResponseError::OffsetOutOfRange,
             // REQUEST_TIMED_OUT is retried by librdkafka and by the Java
             // producer (a RetriableException); see docs/adr/0011.

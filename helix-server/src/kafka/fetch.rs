@@ -3,13 +3,20 @@
 //! to `max_wait_ms`, woken as soon as any requested partition's high
 //! watermark moves. Fetch sessions are not kept: every answer carries
 //! session id 0, which tells clients to send full requests.
+//!
+//! isolation_level 1 (read_committed) reads only below the last stable
+//! offset and is told the aborted transactions overlapping what it got
+//! (ADR 0026); isolation 0 reads to the high watermark and is told none
+//! (an empty list, as before transactions: clients that find aborted
+//! transactions skip records, Redpanda #18852).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::ProducerId;
 use kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::task::JoinSet;
@@ -21,6 +28,7 @@ use super::metadata::broker_id;
 use super::wire_str;
 use crate::metrics::{Metrics, metrics};
 use crate::offset::Offset;
+use crate::replica::Partition;
 use crate::topics::{Topic, replica};
 
 /// The first Fetch version whose answers carry KIP-951's leader hints
@@ -30,6 +38,9 @@ const KIP_951_FETCH: i16 = 16;
 
 /// Longest long-poll honoured, whatever the client asks.
 const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// Fetch's `isolation_level` for read_committed.
+const READ_COMMITTED: i8 = 1;
 
 pub async fn handle(node: Partitions<'_>, req: FetchRequest, version: i16) -> FetchResponse {
     Metrics::count(&metrics().counters.fetch_requests, 1);
@@ -102,8 +113,9 @@ fn read_once(
                 }
             };
             let hw = p.high_watermark();
+            let committed = req.isolation_level == READ_COMMITTED;
             pd.high_watermark = hw.0;
-            pd.last_stable_offset = hw.0;
+            pd.last_stable_offset = p.last_stable_offset().0;
             pd.log_start_offset = p.log_start_offset().0;
             // KIP-74: the first partition with data always gets at least one
             // whole batch, even over the limits, so a consumer never stalls.
@@ -113,9 +125,14 @@ fn read_once(
             let limit = if total == 0 { limit.max(1) } else { limit };
             let data = if Offset(fp.fetch_offset) == hw || limit == 0 {
                 Ok(Bytes::new())
+            } else if committed {
+                p.read_committed(Offset(fp.fetch_offset), limit)
             } else {
                 p.read(Offset(fp.fetch_offset), limit)
             };
+            if committed && let Ok(stored) = &data {
+                pd.aborted_transactions = Some(aborted_in(p, fp.fetch_offset, stored));
+            }
             // Fetch v0-v3 readers get their message format; v4+ gets the
             // stored bytes untouched.
             let data = match (data, legacy::fetch::reader_magic(version)) {
@@ -157,6 +174,40 @@ fn read_once(
     (resp, total, any_error)
 }
 
+/// The aborted transactions overlapping `stored`, read from `from`: those
+/// ending at or after `from` and starting before the offset after the last
+/// batch returned (Kafka's `collectAbortedTransactions` for the fetch's
+/// upper bound). Nothing returned, nothing to tell. librdkafka reads
+/// read_committed by default: the batches are walked only when some
+/// aborted transaction ends at or after `from`.
+fn aborted_in(p: &Partition, from: i64, stored: &[u8]) -> Vec<AbortedTransaction> {
+    let candidates = p.aborted_transactions(Offset(from), Offset(i64::MAX));
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    let mut upper = None;
+    let mut pos = 0usize;
+    while let Some(h) = stored
+        .get(pos..)
+        .and_then(|b| crate::replica::batch::parse_header(b).ok())
+    {
+        upper = Some(h.next_offset());
+        pos += h.total_len();
+    }
+    let Some(upper) = upper else {
+        return Vec::new();
+    };
+    candidates
+        .into_iter()
+        .filter(|a| a.first_offset < upper)
+        .map(|a| {
+            AbortedTransaction::default()
+                .with_producer_id(ProducerId(a.producer_id))
+                .with_first_offset(a.first_offset)
+        })
+        .collect()
+}
+
 /// Waits until a requested partition's high watermark moves past what
 /// `seen` (the last answer built) reported, or the deadline passes.
 /// Returns false at the deadline.
@@ -189,4 +240,35 @@ async fn wait_for_new_data(
     tokio::time::timeout_at(deadline, watchers.join_next())
         .await
         .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replica::txn_tests::{B, replica_with_scenario};
+
+    /// B's transaction (4..=7, aborted) overlaps a read_committed read
+    /// from 0, which stops below A's open transaction at 8; a read from 8
+    /// overlaps nothing aborted.
+    #[test]
+    fn a_read_committed_fetch_is_told_the_aborted_transactions_it_overlaps() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = replica_with_scenario(dir.path());
+        let p = &r.partition;
+        assert_eq!(p.last_stable_offset(), Offset(8));
+        assert_eq!(p.high_watermark(), Offset(10));
+        let stored = p.read_committed(Offset(0), 1 << 20).expect("read");
+        let aborted = aborted_in(p, 0, &stored);
+        assert_eq!(aborted.len(), 1);
+        assert_eq!(
+            (aborted[0].producer_id, aborted[0].first_offset),
+            (ProducerId(B), 4)
+        );
+        // Only the first batch (offsets 0-1): it ends before B's.
+        let first = p.read_committed(Offset(0), 1).expect("read");
+        assert!(aborted_in(p, 0, &first).is_empty());
+        let rest = p.read(Offset(8), 1 << 20).expect("read");
+        assert!(aborted_in(p, 8, &rest).is_empty());
+        assert!(aborted_in(p, 8, &Bytes::new()).is_empty());
+    }
 }

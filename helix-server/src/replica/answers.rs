@@ -21,6 +21,8 @@ pub enum Waiter {
     /// entry, in this order, or a duplicate of what the log holds).
     Produce(Vec<(PendingProduce, Decision)>),
     DeleteRecords(oneshot::Sender<Result<i64>>),
+    /// A transaction marker: answered with its offset.
+    Marker(oneshot::Sender<Result<i64>>),
 }
 
 /// An applied entry: the high watermark it reaches once acknowledged, and
@@ -32,7 +34,8 @@ pub struct Unacked {
     pub end_offset: i64,
     /// Each answer keeps its request's backpressure room until it is sent.
     pub answers: Vec<(oneshot::Sender<ProduceOutcome>, ProduceOutcome, Room)>,
-    pub delete_reply: Option<(oneshot::Sender<Result<i64>>, Result<i64>)>,
+    /// DeleteRecords' (the new log start) or a marker's (its offset).
+    pub offset_reply: Option<(oneshot::Sender<Result<i64>>, Result<i64>)>,
     pub proposed_at: Option<Instant>,
 }
 
@@ -42,7 +45,7 @@ impl Unacked {
             index,
             end_offset,
             answers: Vec::new(),
-            delete_reply: None,
+            offset_reply: None,
             proposed_at,
         }
     }
@@ -53,7 +56,7 @@ impl Unacked {
             let _ = reply.send(answer);
             drop(room);
         }
-        if let Some((reply, result)) = self.delete_reply {
+        if let Some((reply, result)) = self.offset_reply {
             let _ = reply.send(result);
         }
     }
@@ -64,7 +67,7 @@ impl Unacked {
         for (reply, _, _) in self.answers.drain(..) {
             let _ = reply.send(Err(copy_error(err)));
         }
-        if let Some((reply, _)) = self.delete_reply.take() {
+        if let Some((reply, _)) = self.offset_reply.take() {
             let _ = reply.send(Err(copy_error(err)));
         }
     }
@@ -75,7 +78,7 @@ pub fn fail_waiter(waiter: Waiter, err: &HelixError, refused: &Mutex<Refused>) {
         Waiter::Produce(requests) => {
             fail_requests(requests.into_iter().map(|(p, _)| p), err, refused)
         }
-        Waiter::DeleteRecords(reply) => {
+        Waiter::DeleteRecords(reply) | Waiter::Marker(reply) => {
             let _ = reply.send(Err(copy_error(err)));
         }
     }

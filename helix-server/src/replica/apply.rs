@@ -12,6 +12,7 @@ use bytes::{Bytes, BytesMut};
 use helix_wal::{AppendCheck, PartitionLog, RaftPosition, patch_batch_header};
 
 use super::batch::parse_header;
+use super::markers::{Marker, control_batch};
 use super::producers::ProducerTable;
 use super::scan::MaxTimestamp;
 use crate::error::{HelixError, Result};
@@ -67,6 +68,32 @@ pub fn apply_produce(
     log.append_checked(pos, &buf, check)?;
     metrics().record(Stage::WalAppend, started.elapsed());
     Ok(base_offsets)
+}
+
+/// Applies one marker entry: appends its control batch at the log's next
+/// offset (patched like any batch: offset, partition leader epoch = term)
+/// and ends the producer's transaction in `producers`. Returns the marker's
+/// offset and the first offset of the transaction it ended, if one was open.
+/// Judges nothing: the leader decided the marker before proposing it.
+pub fn apply_marker(
+    log: &mut PartitionLog,
+    producers: &mut ProducerTable,
+    pos: RaftPosition,
+    marker: &Marker,
+    max_ts: &mut MaxTimestamp,
+) -> Result<(i64, Option<i64>)> {
+    let term =
+        i32::try_from(pos.term).map_err(|_| HelixError::CorruptState("term above i32".into()))?;
+    let offset = log.next_offset();
+    let mut batch = control_batch(marker);
+    patch_batch_header(&mut batch, offset, term)
+        .map_err(|e| HelixError::CorruptState(format!("control batch: {e}")))?;
+    // Built here from the entry: its CRC is right by construction.
+    log.append_checked(pos, &batch, AppendCheck::CrcVerifiedByCaller)?;
+    if max_ts.is_none_or(|(_, ts)| marker.timestamp > ts) {
+        *max_ts = Some((offset, marker.timestamp));
+    }
+    Ok((offset, producers.end_txn(marker, offset)))
 }
 
 #[cfg(test)]

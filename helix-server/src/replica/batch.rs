@@ -34,10 +34,34 @@ pub struct ValidBatch {
 /// framing, magic 2, CRC-32C, record count, size limit, and every record's
 /// timestamp within `timestamps` (inclusive) when given. Any failure rejects
 /// the whole partition's data (Kafka does the same), never a partial write.
+///
+/// A transactional batch is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+/// until the broker has a transaction coordinator (ADR 0026).
 pub fn validate(
     records: &Bytes,
     max_message_bytes: i32,
     timestamps: Option<(i64, i64)>,
+) -> Result<Vec<ValidBatch>> {
+    validate_batches(records, max_message_bytes, timestamps, false)
+}
+
+/// [`validate`], taking transactional batches: the switch the produce path
+/// turns on once transactional producers have a coordinator (ADR 0026).
+// Called by the transaction coordinator's host (issue 32, next step).
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn validate_transactional(
+    records: &Bytes,
+    max_message_bytes: i32,
+    timestamps: Option<(i64, i64)>,
+) -> Result<Vec<ValidBatch>> {
+    validate_batches(records, max_message_bytes, timestamps, true)
+}
+
+fn validate_batches(
+    records: &Bytes,
+    max_message_bytes: i32,
+    timestamps: Option<(i64, i64)>,
+    transactional: bool,
 ) -> Result<Vec<ValidBatch>> {
     let mut out = Vec::new();
     let mut pos = 0usize;
@@ -61,7 +85,7 @@ pub fn validate(
                 "clients may not send control batches".into(),
             ));
         }
-        if header.is_transactional() {
+        if header.is_transactional() && !transactional {
             return Err(HelixError::TransactionsUnsupported);
         }
         // Decompresses only to count (a stream, nothing kept); the batch is
@@ -288,6 +312,25 @@ pub(crate) mod tests {
         assert_eq!(first_offset_at_or_after(&stamped, 1_500), Some((40, 5_000)));
         assert_eq!(first_offset_at_or_after(&stamped, 5_000), Some((40, 5_000)));
         assert_eq!(first_offset_at_or_after(&stamped, 5_001), None);
+    }
+
+    /// `b` with the transactional attribute set (CRC recomputed).
+    pub(crate) fn transactional(b: &Bytes, epoch: i16) -> Bytes {
+        let mut raw = b.to_vec();
+        raw[21..23].copy_from_slice(&0x10i16.to_be_bytes());
+        raw[51..53].copy_from_slice(&epoch.to_be_bytes());
+        let crc = helix_wal::batch::compute_crc(&raw);
+        raw[17..21].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(raw)
+    }
+
+    #[test]
+    fn a_transactional_batch_is_taken_only_behind_the_switch() {
+        let b = transactional(&make_batch(&[b"t"], 4, 0, 0), 0);
+        let err = validate(&b, 1 << 20, None).expect_err("refused");
+        assert!(matches!(err, HelixError::TransactionsUnsupported), "{err}");
+        let v = validate_transactional(&b, 1 << 20, None).expect("taken");
+        assert!(hdr(&v[0]).is_transactional());
     }
 
     #[test]

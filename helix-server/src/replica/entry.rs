@@ -6,13 +6,20 @@
 //! contiguous lets apply patch headers in place and append it in one write.
 //! A delete-records entry is `kind u8 = 1 | offset i64`, so log-start moves
 //! are ordered with the appends on every replica.
+//! A marker entry is `kind u8 = 2 | producer_id i64 | producer_epoch i16 |
+//! commit u8 | coordinator_epoch i32 | timestamp i64`: a transaction
+//! coordinator's WriteTxnMarkers for this partition (ADR 0026), ordered
+//! with the producer's batches like any append.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use super::markers::Marker;
 use crate::error::{HelixError, Result};
 
 const KIND_PRODUCE: u8 = 0;
 const KIND_DELETE_RECORDS: u8 = 1;
+const KIND_MARKER: u8 = 2;
+const MARKER_LEN: usize = 8 + 2 + 1 + 4 + 8;
 
 /// A decoded entry.
 #[derive(Debug)]
@@ -25,6 +32,7 @@ pub enum PartitionEntry {
     DeleteRecords {
         before: i64,
     },
+    Marker(Marker),
 }
 
 /// Encodes a produce entry from each request's batches. This is the one
@@ -56,6 +64,17 @@ pub fn encode_delete_records(before: i64) -> Bytes {
     b.freeze()
 }
 
+pub fn encode_marker(m: &Marker) -> Bytes {
+    let mut b = BytesMut::with_capacity(1 + MARKER_LEN);
+    b.put_u8(KIND_MARKER);
+    b.put_i64(m.producer_id);
+    b.put_i16(m.producer_epoch);
+    b.put_u8(u8::from(m.commit));
+    b.put_i32(m.coordinator_epoch);
+    b.put_i64(m.timestamp);
+    b.freeze()
+}
+
 pub fn decode(mut b: Bytes) -> Result<PartitionEntry> {
     let bad = |what: &str| HelixError::CorruptState(format!("partition entry: {what}"));
     if b.is_empty() {
@@ -80,6 +99,17 @@ pub fn decode(mut b: Bytes) -> Result<PartitionEntry> {
         KIND_DELETE_RECORDS if b.remaining() == 8 => Ok(PartitionEntry::DeleteRecords {
             before: b.get_i64(),
         }),
+        KIND_MARKER if b.remaining() == MARKER_LEN => Ok(PartitionEntry::Marker(Marker {
+            producer_id: b.get_i64(),
+            producer_epoch: b.get_i16(),
+            commit: match b.get_u8() {
+                0 => false,
+                1 => true,
+                _ => return Err(bad("marker neither commit nor abort")),
+            },
+            coordinator_epoch: b.get_i32(),
+            timestamp: b.get_i64(),
+        })),
         other => Err(bad(&format!("unknown kind {other}"))),
     }
 }
@@ -110,5 +140,23 @@ mod tests {
         }
         assert!(decode(Bytes::from_static(&[0, 0, 0, 0, 2, 0, 0, 0, 9])).is_err());
         assert!(decode(Bytes::from_static(&[7])).is_err());
+    }
+
+    #[test]
+    fn a_marker_round_trips() {
+        let m = Marker {
+            producer_id: 5,
+            producer_epoch: 2,
+            commit: true,
+            coordinator_epoch: 9,
+            timestamp: 1_000,
+        };
+        match decode(encode_marker(&m)).expect("decode") {
+            PartitionEntry::Marker(back) => assert_eq!(back, m),
+            other => panic!("wrong kind {other:?}"),
+        }
+        let mut cut = encode_marker(&m).to_vec();
+        cut.pop();
+        assert!(decode(Bytes::from(cut)).is_err());
     }
 }

@@ -16,19 +16,22 @@ pub mod entry;
 pub mod internal;
 pub mod learner;
 pub mod links;
+pub mod markers;
 pub mod producers;
 mod published;
 pub mod raft;
+mod reads;
 pub mod recompress;
 pub mod records;
 pub mod refused;
 pub mod scan;
 pub mod state;
+#[cfg(test)]
+pub(crate) mod txn_tests;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
-use bytes::Bytes;
 use helix_raft::{GroupId, HardState, NodeId, RaftGroup, Role, Term};
 use helix_wal::{LogConfig, LogReader, PartitionLog};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -184,6 +187,7 @@ pub fn recover(
     let snapshot = snapshot.and_then(|s| s.describes(&log));
     let (mut producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;
     producers.set_expiration(settings.producer_id_expiration_ms);
+    producers.trim_aborted(recovery.log_start_offset);
     let group = raft::restore_group(&settings.spec, hard_state, &log)?;
     // What consumers may read until the group acknowledges more: for one
     // voter its whole WAL (its own durable log is a majority); otherwise
@@ -212,6 +216,12 @@ pub fn recover(
     let published = Arc::new(Published {
         reader: RwLock::new(log.reader()),
         high_watermark: watch::channel(Offset(high_watermark)).0,
+        // Transactions ended but not known acknowledged are not known
+        // here: the scan counts them ended (a restart forgets which).
+        first_unstable: std::sync::atomic::AtomicI64::new(
+            producers.first_unstable().unwrap_or(i64::MAX),
+        ),
+        aborted: RwLock::new(producers.aborted().copied().collect()),
         max_timestamp: Mutex::new(max_ts),
         leadership: watch::channel(Leadership::default()).0,
         isr: Mutex::new(Vec::new()),
@@ -416,83 +426,19 @@ impl Partition {
         self.published.max_timestamp.lock().ok().and_then(|m| *m)
     }
 
-    /// Whole batches from `from`, at most `max_bytes` (at least one batch),
-    /// never past the high watermark. The bytes are the WAL's own slices.
-    /// Between the high watermark and the log end the answer is empty, not
-    /// out of range: a new leader may not have learned yet what its
-    /// predecessor acknowledged (Kafka answers the same way).
-    pub fn read(&self, from: Offset, max_bytes: usize) -> Result<Bytes> {
-        self.read_with(from.0, max_bytes, LogReader::read)
-    }
-
-    /// [`Partition::read`] through `wal_read` (the WAL's read, or the
-    /// scrubber's re-verifying one).
-    fn read_with(
-        &self,
-        from: i64,
-        max_bytes: usize,
-        wal_read: fn(&LogReader, i64, usize) -> helix_wal::Result<helix_wal::ReadResult>,
-    ) -> Result<Bytes> {
-        let hw = self.high_watermark().0;
-        let reader = self.reader();
-        if from < reader.log_start_offset() || from > hw.max(reader.next_offset()) {
-            return Err(HelixError::OffsetOutOfRange);
-        }
-        if from >= hw {
-            return Ok(Bytes::new());
-        }
-        let read = wal_read(&reader, from, max_bytes).map_err(|e| self.found(e))?;
-        if read.next_offset <= hw {
-            return Ok(read.bytes);
-        }
-        // The read reached applied but unacknowledged batches: cut them off
-        // at a batch boundary (a slice, no copy).
-        let mut end = 0usize;
-        while end < read.bytes.len() {
-            let h = batch::parse_header(&read.bytes[end..])?;
-            if h.base_offset >= hw {
-                break;
-            }
-            end += h.total_len();
-        }
-        Ok(read.bytes.slice(..end))
-    }
-
-    /// A read failed: if its bytes are damaged, the replica stops taking
-    /// writes (acknowledging past damage would hand out offsets no one can
-    /// read), says so once, and counts it.
-    fn found(&self, e: helix_wal::WalError) -> HelixError {
-        if let helix_wal::WalError::Corrupt {
-            file,
-            position,
-            reason,
-        } = &e
-            && self.published.damaged.set(e.to_string()).is_ok()
-        {
-            crate::metrics::Metrics::count(&crate::metrics::metrics().counters.damaged_replicas, 1);
-            tracing::error!(
-                group = self.group.0,
-                partition = self.index,
-                file = %file.display(),
-                position,
-                %reason,
-                "damaged data found on read: this replica takes no more writes; reads before the damage are still served"
-            );
-        }
-        e.into()
-    }
-
-    /// Whether a read found damaged data (the replica takes no writes).
-    pub fn damaged(&self) -> Option<&str> {
-        self.published.damaged.get().map(String::as_str)
-    }
-
-    /// The scrubber's read: [`Partition::read`] with every batch's CRC
-    /// checked again on the stored bytes, even where this process verified
-    /// them before. Damage is recorded as on any read (the replica takes no
-    /// more writes; in a cluster it stands down).
-    pub fn scrub(&self, from: Offset, max_bytes: usize) -> Result<Bytes> {
-        self.read_with(from.0, max_bytes, LogReader::reverify)
+    /// Writes a transaction marker (WriteTxnMarkers) through this
+    /// partition's Raft group, as its leader decides it (a stale epoch or
+    /// coordinator is refused and never stored). Answers the marker's
+    /// offset once it is acknowledged.
+    // Called by the transaction coordinator's host (issue 32, next step).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub async fn write_marker(&self, marker: markers::Marker) -> Result<Offset> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(PartitionCommand::Marker { marker, reply })
+            .await
+            .map_err(|_| HelixError::ShuttingDown)?;
+        rx.await.map_err(|_| HelixError::ShuttingDown)?.map(Offset)
     }
 
     /// The current reader handle (cheap: a clone of an `Arc`).

@@ -17,12 +17,13 @@
 //! (expired, evicted, or lost with a snapshot) is accepted at any
 //! sequence, as Kafka accepts a producer whose state retention removed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::batch::{BatchHeader, NO_PRODUCER_ID, parse_header};
+use super::markers::AbortedTxn;
 use crate::config::DEFAULT_PRODUCER_ID_EXPIRATION_MS;
 use crate::error::{HelixError, Result};
 
@@ -42,13 +43,37 @@ struct BatchSeq {
 }
 
 /// One producer as far as the log shows it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerState {
     epoch: i16,
     recent: VecDeque<BatchSeq>,
     /// Max timestamp of its last batch (Kafka's `lastTimestamp`).
     #[serde(default)]
     last_timestamp: i64,
+    /// The offset of its first batch in its open transaction (Kafka's
+    /// `currentTxnFirstOffset`): set by a transactional batch, cleared by
+    /// its marker (`producers/txn.rs`).
+    #[serde(default)]
+    txn_first_offset: Option<i64>,
+    /// The coordinator epoch of its last marker (-1: none yet).
+    #[serde(default = "no_coordinator_epoch")]
+    coordinator_epoch: i32,
+}
+
+fn no_coordinator_epoch() -> i32 {
+    -1
+}
+
+impl Default for ProducerState {
+    fn default() -> Self {
+        ProducerState {
+            epoch: 0,
+            recent: VecDeque::new(),
+            last_timestamp: 0,
+            txn_first_offset: None,
+            coordinator_epoch: no_coordinator_epoch(),
+        }
+    }
 }
 
 impl ProducerState {
@@ -66,6 +91,9 @@ impl ProducerState {
             base_offset,
         });
         self.last_timestamp = self.last_timestamp.max(h.max_timestamp);
+        if h.is_transactional() && self.txn_first_offset.is_none() {
+            self.txn_first_offset = Some(base_offset);
+        }
     }
 }
 
@@ -123,6 +151,11 @@ pub fn check(known: Known<'_>, h: &BatchHeader) -> Result<SequenceCheck> {
     if h.producer_epoch < entry.epoch {
         return Err(HelixError::InvalidProducerEpoch);
     }
+    // Only once transactional batches are taken (ADR 0026) is a
+    // transaction ever open.
+    if entry.txn_first_offset.is_some() && !h.is_transactional() {
+        return Err(HelixError::InvalidTxnState);
+    }
     if h.producer_epoch > entry.epoch {
         return if h.base_sequence == 0 {
             Ok(SequenceCheck::Accept)
@@ -175,6 +208,14 @@ pub struct ProducerTable {
     /// expired, the table may lack producers it cannot name.
     #[serde(default)]
     lost_unnamed_at: Option<i64>,
+    /// (first offset, producer id) of every open transaction: the last
+    /// stable offset is the smallest first offset (`producers/txn.rs`).
+    #[serde(default)]
+    open_txns: BTreeSet<(i64, i64)>,
+    /// The aborted transactions of the log, in log order (by marker
+    /// offset), from the log start on: Kafka's `.txnindex`.
+    #[serde(default)]
+    aborted: VecDeque<AbortedTxn>,
 }
 
 fn default_expiration() -> i64 {
@@ -193,6 +234,8 @@ impl Default for ProducerTable {
             expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
             forgot_up_to: NO_PRODUCER_ID,
             lost_unnamed_at: None,
+            open_txns: BTreeSet::new(),
+            aborted: VecDeque::new(),
         }
     }
 }
@@ -223,7 +266,7 @@ impl ProducerTable {
         let horizon = self.clock.saturating_sub(self.expiration_ms);
         self.producers
             .get(&producer_id)
-            .filter(|s| s.last_timestamp >= horizon)
+            .filter(|s| s.last_timestamp >= horizon || s.txn_first_offset.is_some())
     }
 
     /// What the table knows of `producer_id`.
@@ -270,10 +313,12 @@ impl ProducerTable {
                 self.forget_idlest();
             }
         }
-        self.producers
-            .entry(h.producer_id)
-            .or_default()
-            .record(h, base_offset);
+        let state = self.producers.entry(h.producer_id).or_default();
+        let was_open = state.txn_first_offset.is_some();
+        state.record(h, base_offset);
+        if !was_open && let Some(first) = state.txn_first_offset {
+            self.open_txns.insert((first, h.producer_id));
+        }
     }
 
     /// Forgets the producer whose last batch is oldest (ties: the lowest
@@ -282,6 +327,7 @@ impl ProducerTable {
         let idlest = self
             .producers
             .iter()
+            .filter(|(_, s)| s.txn_first_offset.is_none())
             .min_by_key(|(id, s)| (s.last_timestamp, **id))
             .map(|(id, _)| *id);
         if let Some(id) = idlest {
@@ -296,7 +342,9 @@ impl ProducerTable {
         let horizon = self.clock.saturating_sub(self.expiration_ms);
         let mut forgot = self.forgot_up_to;
         self.producers.retain(|id, s| {
-            let live = s.last_timestamp >= horizon;
+            // A producer in a transaction stays until its marker, as in
+            // Kafka: the last stable offset waits for it.
+            let live = s.last_timestamp >= horizon || s.txn_first_offset.is_some();
             if !live {
                 forgot = forgot.max(*id);
             }
@@ -453,3 +501,4 @@ fn next_seq(s: i32) -> i32 {
 
 #[cfg(test)]
 mod tests;
+mod txn;

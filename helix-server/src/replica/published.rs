@@ -1,6 +1,7 @@
 //! What the shard publishes for readers of a replica (the handle, the
 //! host, the Kafka front end): watermark, leadership, ISR, lease and flags.
 
+use std::collections::VecDeque;
 use std::sync::{Mutex, RwLock};
 
 use helix_raft::NodeId;
@@ -8,6 +9,7 @@ use helix_wal::LogReader;
 use tokio::sync::watch;
 
 use super::Leadership;
+use super::markers::AbortedTxn;
 use super::refused;
 use super::scan::MaxTimestamp;
 use crate::offset::Offset;
@@ -19,6 +21,13 @@ pub struct Published {
     pub reader: RwLock<LogReader>,
     /// Acknowledged end: what consumers may read, exclusive.
     pub high_watermark: watch::Sender<Offset>,
+    /// The first offset of the oldest transaction that holds the last
+    /// stable offset back (`i64::MAX`: none): the LSO is the smaller of it
+    /// and the high watermark (`state/txn.rs`). Stored before the high
+    /// watermark it goes with is published.
+    pub first_unstable: std::sync::atomic::AtomicI64,
+    /// The aborted transactions from the log start on, in log order.
+    pub aborted: RwLock<VecDeque<AbortedTxn>>,
     pub max_timestamp: Mutex<MaxTimestamp>,
     pub leadership: watch::Sender<Leadership>,
     /// In-sync replicas while this replica leads (empty otherwise).

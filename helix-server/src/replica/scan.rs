@@ -132,8 +132,17 @@ pub fn rebuild(
             if max_ts.is_none_or(|(_, ts)| h.max_timestamp > ts) {
                 max_ts = Some((h.base_offset, h.max_timestamp));
             }
+            if h.is_control() {
+                // Only end-transaction markers are written here; a control
+                // batch of another kind changes no producer.
+                let batch = chunk.bytes.get(pos..pos + h.total_len());
+                if let Some(m) = batch.and_then(super::markers::read_marker) {
+                    producers.end_txn(&m, h.base_offset);
+                }
+            } else {
+                producers.record(&h, h.base_offset);
+            }
             pos += h.total_len();
-            producers.record(&h, h.base_offset);
         }
         offset = chunk.next_offset;
     }

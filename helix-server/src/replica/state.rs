@@ -9,13 +9,15 @@
 //! entry carries the term it was proposed in (docs/raft.md).
 
 mod propose;
+mod publish;
+mod txn;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use helix_raft::{Entry, EntryKind, LogIndex, RaftGroup, Role, Term};
+use helix_raft::{Entry, EntryKind, LogIndex, RaftGroup, Term};
 use helix_wal::{AppendCheck, LogConfig, PartitionLog, RaftPosition};
 
 use super::answers::{Unacked, Waiter, fail_requests, fail_waiter};
@@ -56,6 +58,10 @@ pub struct PartitionState {
     applied: LogIndex,
     /// The last leadership published to readers.
     leadership: Leadership,
+    /// Transactions ended by a marker not yet acknowledged: (first offset,
+    /// marker offset). They hold the last stable offset back as if open
+    /// (Kafka's `unreplicatedTxns`): the marker may still be cut.
+    unreplicated: VecDeque<(i64, i64)>,
 }
 
 impl PartitionState {
@@ -80,6 +86,7 @@ impl PartitionState {
             acknowledged: LogIndex(0),
             applied,
             leadership: Leadership::default(),
+            unreplicated: VecDeque::new(),
         }
     }
 
@@ -155,6 +162,9 @@ impl PartitionState {
                     return false;
                 }
             }
+            Work::Control(PartitionCommand::Marker { marker, reply }) => {
+                self.propose_marker(group, marker, reply)
+            }
             Work::Control(PartitionCommand::Retention { now_ms }) => self.retention(now_ms),
         }
         true
@@ -180,6 +190,8 @@ impl PartitionState {
         if let Ok(mut m) = self.published.max_timestamp.lock() {
             *m = max_ts;
         }
+        let end = log.next_offset();
+        self.unreplicated.retain(|(_, marker)| *marker < end);
         let err = HelixError::NotLeader;
         while self.unacked.back().is_some_and(|u| u.index > after) {
             if let Some(mut u) = self.unacked.pop_back() {
@@ -192,7 +204,8 @@ impl PartitionState {
             }
         }
         Metrics::count(&metrics().counters.wal_truncations, 1);
-        tracing::info!(dir = %self.dir.display(), after = after.0, next_offset = log.next_offset(), "WAL truncated to the new leader's log");
+        tracing::info!(dir = %self.dir.display(), after = after.0, next_offset = end, "WAL truncated to the new leader's log");
+        self.publish_txns();
         Ok(())
     }
 
@@ -298,8 +311,10 @@ impl PartitionState {
                         .map(|o| o.log_start_offset)
                         .map_err(HelixError::from)
                 };
+                self.trim_aborted();
                 Applying::DeleteRecords(result)
             }
+            PartitionEntry::Marker(marker) => Applying::Marker(self.apply_marker(pos, &marker)?),
         })
     }
 
@@ -357,7 +372,10 @@ impl PartitionState {
                 }
             }
             (Some(Waiter::DeleteRecords(reply)), Some(Applying::DeleteRecords(result))) => {
-                unacked.delete_reply = Some((reply, result));
+                unacked.offset_reply = Some((reply, result));
+            }
+            (Some(Waiter::Marker(reply)), Some(Applying::Marker(offset))) => {
+                unacked.offset_reply = Some((reply, Ok(offset)));
             }
             (Some(waiter), _) => {
                 tracing::error!(?index, "entry kind does not match its waiter");
@@ -399,6 +417,10 @@ impl PartitionState {
         if let Some(at) = u.proposed_at {
             metrics().record(Stage::Ack, at.elapsed());
         }
+        // Transactions first: a reader that sees the new high watermark
+        // sees what holds the last stable offset back at it.
+        let hw = self.published.high_watermark.borrow().0.max(u.end_offset);
+        self.publish_unstable(hw);
         self.published.high_watermark.send_if_modified(|hw| {
             let moved = u.end_offset > hw.0;
             if moved {
@@ -409,85 +431,6 @@ impl PartitionState {
         u.answer();
     }
 
-    /// Publishes a change of role, term or leader; a replica that stops
-    /// leading fails whatever waits for its proposals (retriable: the
-    /// client finds the new leader).
-    pub fn leadership(&mut self, group: &RaftGroup) -> Option<Leadership> {
-        let now = Leadership {
-            role: group.role(),
-            term: group.term(),
-            leader: group.leader(),
-            serving: group.role() == Role::Leader
-                && group.term_at(group.acknowledged()) == Some(group.term()),
-        };
-        if now == self.leadership {
-            return None;
-        }
-        let was_leader = self.leadership.role == Role::Leader;
-        self.leadership = now;
-        if now.role != Role::Leader {
-            self.publish_isr(Vec::new());
-        } else if group.config().voters.len() == 1 {
-            self.publish_isr(group.config().voters.clone());
-        }
-        self.published.leadership.send_replace(now);
-        if was_leader && now.role != Role::Leader {
-            self.fail_all(&HelixError::NotLeader);
-        }
-        Some(now)
-    }
-
-    /// The in-sync replicas last published.
-    pub fn isr(&self) -> Vec<helix_raft::NodeId> {
-        self.published
-            .isr
-            .lock()
-            .map(|i| i.clone())
-            .unwrap_or_default()
-    }
-
-    /// Publishes the in-sync replicas computed by the leader's shard.
-    /// Whether this replica is caught up (see `host::isr::CaughtUp`).
-    pub fn publish_caught_up(&self, caught_up: bool) {
-        self.published
-            .caught_up
-            .store(caught_up, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Marks the replica synced once `group` has applied and acknowledged
-    /// what its leader had committed when it told this follower (leader:
-    /// an entry of its own term acknowledged, so everything before is).
-    /// `s` is `group`'s status at this tick.
-    pub fn publish_synced(&self, group: &RaftGroup, s: &helix_raft::Status) {
-        use std::sync::atomic::Ordering;
-        if self.published.synced_since_start.load(Ordering::Relaxed) {
-            return;
-        }
-        // Acknowledged, not only applied: the high watermark (what readers
-        // of this replica, the controller's view among them, go by) moves
-        // with the acknowledged index.
-        let synced = match s.role {
-            Role::Leader => group.term_at(s.acknowledged) == Some(s.term),
-            _ => {
-                s.leader.is_some()
-                    && s.leader_commit.0 > 0
-                    && s.applied >= s.leader_commit
-                    && s.acknowledged >= s.leader_commit
-            }
-        };
-        if synced {
-            self.published
-                .synced_since_start
-                .store(true, Ordering::Release);
-        }
-    }
-
-    pub fn publish_isr(&self, isr: Vec<helix_raft::NodeId>) {
-        if let Ok(mut i) = self.published.isr.lock() {
-            *i = isr;
-        }
-    }
-
     /// Retention as Kafka does it: whole sealed segments beyond
     /// `retention.bytes` or older than `retention.ms`; never the active one.
     fn retention(&mut self, now_ms: i64) {
@@ -496,6 +439,7 @@ impl PartitionState {
         if let Err(e) = log.apply_retention(now_ms) {
             tracing::warn!(error = %e, "retention failed");
         }
+        self.trim_aborted();
     }
 
     /// Applies changed topic settings that the WAL takes only at open:
@@ -582,6 +526,8 @@ enum Applying {
     /// Base offset of each request of the entry.
     Produce(Vec<i64>),
     DeleteRecords(Result<i64>),
+    /// The marker's offset.
+    Marker(i64),
 }
 
 /// The open log; an error only if a reopen failed earlier.

@@ -42,7 +42,7 @@ fn gap_start(err: &HelixError) -> Option<i32> {
 
 /// What a replica may do with produce requests now.
 #[derive(Debug, PartialEq, Eq)]
-enum Readiness {
+pub(super) enum Readiness {
     /// Decide and propose.
     Decide,
     /// Keep them, in order, and ask again.
@@ -65,7 +65,7 @@ enum Readiness {
 ///
 /// A leader without its lease (it may be cut off while the others elect,
 /// ADR 0019) and any other replica refuse.
-fn readiness(group: &RaftGroup, applied: LogIndex) -> Readiness {
+pub(super) fn readiness(group: &RaftGroup, applied: LogIndex) -> Readiness {
     if group.role() != Role::Leader || group.lease_ticks_left() == 0 {
         return Readiness::Refuse;
     }

@@ -1,0 +1,151 @@
+//! The replica's side of transactions (ADR 0026 §3): proposing a marker
+//! (leader), applying it (every replica), and publishing the last stable
+//! offset and the aborted-transaction index for readers.
+//!
+//! The last stable offset is the high watermark held back by every
+//! transaction that is open in the log, or ended by a marker not yet
+//! acknowledged (Kafka's `firstUnstableOffset`): a function of the applied
+//! log and the acknowledged offset, so a new leader has it at once.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use helix_raft::RaftGroup;
+use helix_wal::RaftPosition;
+use tokio::sync::oneshot;
+
+use super::propose::{Readiness, readiness};
+use super::{PartitionState, live};
+use crate::error::{HelixError, Result};
+use crate::replica::answers::Waiter;
+use crate::replica::apply;
+use crate::replica::entry;
+use crate::replica::markers::{AbortedTxn, Marker};
+
+impl PartitionState {
+    /// The leader decides the marker (a stale epoch or coordinator never
+    /// enters the log) and proposes it; `reply` gets its offset once it is
+    /// acknowledged. A replica that cannot decide now answers NOT_LEADER:
+    /// the coordinator retries markers, as Kafka's does.
+    pub(super) fn propose_marker(
+        &mut self,
+        group: &mut RaftGroup,
+        marker: Marker,
+        reply: oneshot::Sender<Result<i64>>,
+    ) {
+        let Some(log) = self.log.as_ref() else {
+            let _ = reply.send(Err(HelixError::ShuttingDown));
+            return;
+        };
+        if readiness(group, self.applied) != Readiness::Decide {
+            let _ = reply.send(Err(HelixError::NotLeader));
+            return;
+        }
+        let staged = match self.proposed.decide_marker(
+            group.term().0,
+            &self.producers,
+            log.next_offset(),
+            &marker,
+        ) {
+            Ok(staged) => staged,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        match group.propose(entry::encode_marker(&marker)) {
+            Ok(index) => {
+                self.proposed.commit(index.0, staged);
+                self.waiting.push_back((
+                    group.term(),
+                    index,
+                    Waiter::Marker(reply),
+                    Instant::now(),
+                ));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e.into()));
+            }
+        }
+    }
+
+    /// Applies a marker entry; returns the marker's offset.
+    pub(super) fn apply_marker(&mut self, pos: RaftPosition, marker: &Marker) -> Result<i64> {
+        let mut max_ts = self
+            .published
+            .max_timestamp
+            .lock()
+            .map(|m| *m)
+            .unwrap_or(None);
+        let (offset, ended) = apply::apply_marker(
+            live(&mut self.log)?,
+            &mut self.producers,
+            pos,
+            marker,
+            &mut max_ts,
+        )?;
+        if let Ok(mut m) = self.published.max_timestamp.lock() {
+            *m = max_ts;
+        }
+        let Some(first) = ended else {
+            return Ok(offset);
+        };
+        self.unreplicated.push_back((first, offset));
+        if !marker.commit
+            && let Ok(mut aborted) = self.published.aborted.write()
+        {
+            aborted.push_back(AbortedTxn {
+                producer_id: marker.producer_id,
+                first_offset: first,
+                last_offset: offset,
+            });
+        }
+        Ok(offset)
+    }
+
+    /// Publishes what holds the last stable offset back once the high
+    /// watermark is `hw`: the oldest open transaction, or one whose marker
+    /// is not below `hw`. Without transactions: one branch, one load.
+    pub(super) fn publish_unstable(&mut self, hw: i64) {
+        let mut first = i64::MAX;
+        if self.producers.any_open() || !self.unreplicated.is_empty() {
+            while self.unreplicated.front().is_some_and(|(_, m)| *m < hw) {
+                self.unreplicated.pop_front();
+            }
+            let ended = self.unreplicated.iter().map(|(first, _)| *first);
+            first = ended
+                .chain(self.producers.first_unstable())
+                .fold(first, i64::min);
+        }
+        let published = &self.published.first_unstable;
+        if published.load(Ordering::Relaxed) != first {
+            published.store(first, Ordering::Release);
+        }
+    }
+
+    /// Publishes the whole aborted index again (the table was rebuilt or
+    /// trimmed) and the last stable offset.
+    pub(super) fn publish_txns(&mut self) {
+        if let Ok(mut aborted) = self.published.aborted.write() {
+            *aborted = self.producers.aborted().copied().collect();
+        }
+        let hw = self.published.high_watermark.borrow().0;
+        self.publish_unstable(hw);
+    }
+
+    /// The log start moved: aborted transactions wholly below it go.
+    pub(super) fn trim_aborted(&mut self) {
+        let Some(start) = self.log.as_ref().map(|l| l.log_start_offset()) else {
+            return;
+        };
+        if self
+            .producers
+            .aborted()
+            .next()
+            .is_some_and(|a| a.last_offset < start)
+        {
+            self.producers.trim_aborted(start);
+            self.publish_txns();
+        }
+    }
+}
