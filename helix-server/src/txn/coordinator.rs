@@ -20,7 +20,7 @@ use super::error::TxnError;
 use super::metadata::TxnMetadata;
 use super::record::{MAX_STRING_BYTES, Record, decode_entry, encode_entry};
 use super::request::TxnRequest;
-use super::response::{Answer, Effects, MarkerWrite, OnAcknowledged, Proposal, Ready};
+use super::response::{Answer, Effects, MarkerWrite, OnAcknowledged, Proposal, Ready, Reply};
 use super::state::TxnState;
 use super::types::{ProposalId, RequestToken, StatePartition, state_partition_for};
 
@@ -234,9 +234,7 @@ impl Coordinator {
         }
         shard.apply(&flight.record);
         if let OnAcknowledged::Reply { token, answer } = flight.waiter {
-            self.ready
-                .replies
-                .push(super::response::Reply { token, answer });
+            self.ready.replies.push(Reply { token, answer });
         }
         self.owe_markers(flight.partition, transactional_id);
     }
@@ -251,9 +249,7 @@ impl Coordinator {
         };
         if let OnAcknowledged::Reply { token, answer } = flight.waiter {
             let answer = answer.into_failed(TxnError::NotCoordinator);
-            self.ready
-                .replies
-                .push(super::response::Reply { token, answer });
+            self.ready.replies.push(Reply { token, answer });
         }
         let transactional_id = flight.record.transactional_id();
         let Some(shard) = self.partitions.get_mut(&flight.partition) else {
@@ -305,9 +301,7 @@ impl Coordinator {
             let Some(shard) = self.partitions.get_mut(&partition) else {
                 if let OnAcknowledged::Reply { token, answer } = pending.waiter {
                     let answer = answer.into_failed(TxnError::NotCoordinator);
-                    self.ready
-                        .replies
-                        .push(super::response::Reply { token, answer });
+                    self.ready.replies.push(Reply { token, answer });
                 }
                 continue;
             };
@@ -334,9 +328,7 @@ impl Coordinator {
 
     /// Answers a request at once.
     pub(super) fn answer(&mut self, token: RequestToken, answer: Answer) {
-        self.ready
-            .replies
-            .push(super::response::Reply { token, answer });
+        self.ready.replies.push(Reply { token, answer });
     }
 
     /// The active partition of a transactional id, or why it cannot be

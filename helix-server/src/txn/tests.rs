@@ -7,4 +7,5 @@ mod fencing;
 mod harness;
 mod lifecycle;
 mod replay;
+mod simulation;
 mod transitions;

@@ -148,6 +148,32 @@ impl Harness {
         self.pump();
     }
 
+    /// A failover of `partition`'s leadership: the coordinator unloads it
+    /// (its waiting requests answered NOT_COORDINATOR), each held proposal
+    /// of it is either committed by the new term (`keep` says which) or
+    /// lost, and the partition is loaded again from its log.
+    pub fn fail_over(&mut self, partition: StatePartition, keep: &mut impl FnMut() -> bool) {
+        self.coordinator.unload(partition);
+        let held = std::mem::take(&mut self.held);
+        for proposal in held {
+            if proposal.partition != partition {
+                self.held.push(proposal);
+            } else if keep() {
+                self.log.push((partition, proposal.entry));
+            }
+        }
+        self.coordinator.begin_load(partition);
+        for (_, entry) in self.log.iter().filter(|(at, _)| *at == partition) {
+            self.coordinator
+                .replay(partition, entry)
+                .expect("log replays");
+        }
+        self.coordinator.finish_load(partition, 9);
+        // A new leader asks again for every marker its Prepare states owe.
+        self.markers.retain(|m| m.partition != partition);
+        self.pump();
+    }
+
     /// Fails every held proposal.
     pub fn fail_held(&mut self) {
         self.hold = false;
