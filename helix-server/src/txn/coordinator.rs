@@ -28,12 +28,12 @@ use super::types::{ProposalId, RequestToken, StatePartition, state_partition_for
 #[derive(Debug)]
 pub struct HostedPartition {
     /// Replaying the partition's log: requests get COORDINATOR_LOAD_IN_PROGRESS.
-    pub loading: bool,
+    pub(super) loading: bool,
     /// The leadership epoch this partition was loaded for (Kafka's
     /// coordinator epoch), carried by every marker it asks for.
-    pub coordinator_epoch: i32,
+    pub(super) coordinator_epoch: i32,
     /// The view: every transactional id's last acknowledged metadata.
-    pub transactions: BTreeMap<String, TxnMetadata>,
+    pub(super) transactions: BTreeMap<String, TxnMetadata>,
     /// Transactional ids with a proposal in flight, and which.
     pub(super) pending: BTreeMap<String, ProposalId>,
 }
@@ -293,10 +293,9 @@ impl Coordinator {
         self.ready.markers.push(markers);
     }
 
-    /// Moves an outbox into the ready output, numbering its proposals and
-    /// marking their transactional ids pending.
+    /// Moves proposals into the ready output, numbering them and marking
+    /// their transactional ids pending.
     pub(super) fn flush(&mut self, partition: StatePartition, out: Effects) {
-        self.ready.replies.extend(out.replies);
         for pending in out.proposals {
             let Some(shard) = self.partitions.get_mut(&partition) else {
                 if let OnAcknowledged::Reply { token, answer } = pending.waiter {

@@ -109,6 +109,11 @@ impl Coordinator {
         if request.transactional_id.is_empty() {
             return Err(TxnError::InvalidRequest);
         }
+        // Kafka refuses a negative producer id (`prepareTransitionTo`); one
+        // from the host's block never is.
+        if request.new_producer_id.is_some_and(|id| id < 0) {
+            return Err(TxnError::InvalidRequest);
+        }
         if !(1..=self.config.max_timeout_ms).contains(&request.timeout_ms) {
             return Err(TxnError::InvalidTransactionTimeout);
         }

@@ -108,18 +108,14 @@ pub struct PendingProposal {
     pub waiter: OnAcknowledged,
 }
 
-/// Output collected while one input is handled.
+/// Proposals collected while one input is handled (answers that need no
+/// record go straight to the ready output).
 #[derive(Debug, Default)]
 pub struct Effects {
-    pub replies: Vec<Reply>,
     pub proposals: Vec<PendingProposal>,
 }
 
 impl Effects {
-    pub fn reply(&mut self, token: RequestToken, answer: Answer) {
-        self.replies.push(Reply { token, answer });
-    }
-
     pub fn propose(&mut self, record: Record, waiter: OnAcknowledged) {
         self.proposals.push(PendingProposal { record, waiter });
     }

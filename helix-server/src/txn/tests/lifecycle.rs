@@ -260,3 +260,32 @@ fn the_next_transaction_starts_afresh_after_completion() {
     assert_eq!(next.start_ms, h.now as i64);
     assert_eq!(next.epoch, producer.epoch);
 }
+
+#[test]
+fn a_transaction_without_partitions_completes_without_markers() {
+    let mut h = Harness::new();
+    let producer = h.init("app", None).unwrap();
+    h.add("app", producer, &[]).unwrap();
+    assert_eq!(h.metadata("app").state, TxnState::Ongoing);
+    h.end("app", producer, true).unwrap();
+    assert!(h.markers.is_empty());
+    assert_eq!(h.metadata("app").state, TxnState::CompleteCommit);
+}
+
+#[test]
+fn a_negative_producer_id_from_the_host_is_refused() {
+    let mut h = Harness::new();
+    let request =
+        crate::txn::request::TxnRequest::InitProducerId(crate::txn::request::InitProducerId {
+            transactional_id: "app".into(),
+            timeout_ms: 1_000,
+            expected: None,
+            new_producer_id: Some(-3),
+        });
+    let token = h.send(request);
+    assert_eq!(
+        h.answer(token),
+        Answer::InitProducerId(Err(TxnError::InvalidRequest))
+    );
+    assert_eq!(h.coordinator.transaction("app"), None);
+}
