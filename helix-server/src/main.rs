@@ -25,6 +25,7 @@ mod server;
 mod status;
 mod topics;
 mod transport;
+mod txn;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;

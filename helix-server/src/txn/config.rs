@@ -1,0 +1,35 @@
+//! The transaction coordinator's settings, with Kafka's defaults. When the
+//! coordinator is wired into the broker (issue 32, next step) they move to
+//! `config/` beside the group coordinator's, the one home of settings.
+
+/// Settings of the transaction coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnConfig {
+    /// `transaction.state.log.num.partitions`: how many partitions
+    /// `__transaction_state` has. Part of the durable layout.
+    pub state_partitions: u32,
+    /// `transaction.max.timeout.ms`: the longest `transaction.timeout.ms` a
+    /// producer may ask for (INVALID_TRANSACTION_TIMEOUT beyond it).
+    pub max_timeout_ms: i32,
+    /// `transactional.id.expiration.ms`: an idle transactional id (no open
+    /// transaction) untouched this long is forgotten.
+    pub transactional_id_expiration_ms: u64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how
+    /// often `tick` looks for transactions past their timeout.
+    pub abort_check_interval_ms: u64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`: how
+    /// often `tick` looks for expired transactional ids.
+    pub expiry_check_interval_ms: u64,
+}
+
+impl Default for TxnConfig {
+    fn default() -> Self {
+        Self {
+            state_partitions: 50,
+            max_timeout_ms: 900_000,
+            transactional_id_expiration_ms: 604_800_000,
+            abort_check_interval_ms: 10_000,
+            expiry_check_interval_ms: 3_600_000,
+        }
+    }
+}

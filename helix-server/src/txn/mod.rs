@@ -1,0 +1,33 @@
+//! The transaction coordinator (Kafka's `TransactionCoordinator`, KIP-98
+//! with KIP-360 and KIP-890 part 1's verify-only question): InitProducerId
+//! with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+//! transaction timeouts and the markers that end a transaction.
+//!
+//! It is a deterministic state machine ([`coordinator::Coordinator`]), the
+//! shape of `group/`: requests, time, proposal outcomes and marker
+//! completions go in; answers (named by the host's [`types::RequestToken`]),
+//! proposals of `__transaction_state` records and marker writes come out of
+//! `take_ready`. Transactional ids hash to `__transaction_state` partitions
+//! as in Kafka; a partition's view changes only when its records are
+//! acknowledged, and `replay` rebuilds it from the log after a failover.
+//! docs/adr/0026-transactions-design.md ("Step 1 as built") records the
+//! design.
+
+// Not wired into the broker yet (issue 32, next step: txn::service).
+#![allow(dead_code)]
+
+mod config;
+mod coordinator;
+mod end;
+mod error;
+mod init;
+mod metadata;
+mod ongoing;
+mod record;
+mod request;
+mod response;
+mod state;
+mod types;
+
+#[cfg(test)]
+mod tests;
