@@ -392,5 +392,8 @@ def test_java_pattern_subscription_takes_internal_topics_only_when_asked(broker,
     proc = javalibs.java(cp, "HelixPatternCheck", broker.bootstrap, topic, f"g-{uuid.uuid4().hex[:8]}", internal)
     out = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, f"{out}\n{proc.stderr.decode(errors='replace')[-6000:]}"
-    want = f"__consumer_offsets,{topic}" if internal == "include-internal" else topic
+    # __transaction_state (issue 32 step 3) is internal too, and exists from
+    # the start here (Kafka creates it on the first transactional use).
+    want = (f"__consumer_offsets,__transaction_state,{topic}" if internal == "include-internal"
+            else topic)
     assert f"HELIX-JAVA-PATTERN assigned={want}\n" in out, out

@@ -41,6 +41,8 @@ pub struct Broker {
     pub request_budget: crate::budget::RequestBudget,
     /// The consumer-group coordinator and its coordinator partitions.
     pub groups: Arc<crate::group::service::GroupService>,
+    /// The transaction coordinator's host (`__transaction_state`).
+    pub txn: Arc<crate::txn::service::TxnService>,
     /// Every replica this node holds.
     pub host: Arc<ReplicaHost>,
     /// Where peers' payloads and calls go (the peer transport's inbound
@@ -178,6 +180,16 @@ impl Broker {
         let groups =
             crate::group::service::GroupService::open(&factory, &cluster, &backpressure).await?;
         topics.insert(groups.internal_topic());
+        let producer_ids = ProducerIds::new(controller.clone());
+        let txn = crate::txn::service::TxnService::open(
+            &factory,
+            &cluster,
+            &backpressure,
+            &topics,
+            &producer_ids,
+        )
+        .await?;
+        topics.insert(txn.internal_topic());
         standing.set_opened();
         controller_calls.set(controller.clone());
         cluster.set_liveness(link.clone());
@@ -190,10 +202,11 @@ impl Broker {
         ));
         Ok(Arc::new(Broker {
             admin: TopicAdmin::new(&config, cluster.clone(), controller.clone(), topics.clone()),
-            producer_ids: ProducerIds::new(controller.clone()),
+            producer_ids,
             backpressure,
             request_budget: crate::budget::RequestBudget::new(config.queued_max_request_bytes),
             groups,
+            txn,
             host,
             peers,
             transport,
@@ -221,6 +234,7 @@ impl Broker {
     pub async fn close_all(&self) {
         self.topics.close_all().await;
         self.groups.close().await;
+        self.txn.close().await;
         crate::replica::close_all(std::slice::from_ref(self.controller.partition())).await;
         let host = self.host.clone();
         let _ = tokio::task::spawn_blocking(move || host.stop()).await;

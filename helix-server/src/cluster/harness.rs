@@ -131,6 +131,10 @@ impl TestCluster {
                 coordinator_partitions: 4,
                 ..Default::default()
             },
+            transactions: crate::config::TxnConfig {
+                state_partitions: 4,
+                ..Default::default()
+            },
             ..Config::default()
         };
         let net = self.net.clone();

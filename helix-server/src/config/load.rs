@@ -49,6 +49,7 @@ struct FileConfig {
     group_max_session_timeout_ms: Option<i32>,
     group_max_size: Option<usize>,
     group_snapshot_after_records: Option<u64>,
+    transaction_state_partitions: Option<u32>,
     default_replication_factor: Option<i16>,
     replica_lag_time_max_ms: Option<u64>,
     producer_id_expiration_ms: Option<i64>,
@@ -154,6 +155,12 @@ impl Config {
         {
             c.groups.offsets_retention_ms = minutes.saturating_mul(60_000);
         }
+        if let Some(n) = flags
+            .transaction_state_partitions
+            .or(file.transaction_state_partitions)
+        {
+            c.transactions.state_partitions = n;
+        }
         c.log_level = flags.log_level.or(file.log_level);
         if let Some(us) = flags.batch_linger_us.or(file.batch_linger_us) {
             c.batch_linger = Duration::from_micros(us);
@@ -245,6 +252,7 @@ impl Config {
             )));
         }
         self.groups.validate().map_err(HelixError::Config)?;
+        self.transactions.validate().map_err(HelixError::Config)?;
         Ok(())
     }
 }

@@ -15,8 +15,10 @@ mod groups;
 mod identity;
 mod load;
 pub mod members;
+mod transactions;
 pub use groups::GroupConfig;
 pub use members::{Members, NodeSpec};
+pub use transactions::TxnConfig;
 
 /// Kafka's `producer.id.expiration.ms` default: one day.
 pub const DEFAULT_PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
@@ -188,6 +190,11 @@ pub struct Flags {
     /// (`offsets.retention.minutes`).
     #[arg(long)]
     pub offsets_retention_minutes: Option<u64>,
+    /// Transactions: partitions of `__transaction_state` transactional ids
+    /// hash to (`transaction.state.log.num.partitions`); fixed for the life
+    /// of a data dir.
+    #[arg(long)]
+    pub transaction_state_partitions: Option<u32>,
     /// Groups: delay of a new group's first rebalance
     /// (`group.initial.rebalance.delay.ms`).
     #[arg(long)]
@@ -307,6 +314,8 @@ pub struct Config {
     pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
     /// The group coordinator's settings (defaults in `GroupConfig`).
     pub groups: GroupConfig,
+    /// The transaction coordinator's settings (defaults in `TxnConfig`).
+    pub transactions: TxnConfig,
     /// Shard threads driving the Raft groups (default: one per core).
     pub shards: usize,
     /// Length of a Raft tick (default 50 ms).
@@ -371,6 +380,7 @@ impl Default for Config {
             max_connections_per_ip: i32::MAX as usize,
             max_connections_per_ip_overrides: std::collections::HashMap::new(),
             groups: GroupConfig::default(),
+            transactions: TxnConfig::default(),
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
             raft_tick: Duration::from_millis(50),
             raft_election_ticks: 10,

@@ -140,3 +140,19 @@ fn inconsistent_group_settings_are_refused() {
 fn zero_partitions_is_refused() {
     assert!(Config::load(flags(&["--default-partitions", "0"])).is_err());
 }
+
+#[test]
+fn transaction_state_partitions_come_from_flags_and_toml_and_are_bounded() {
+    assert_eq!(Config::default().transactions.state_partitions, 50);
+    let c = load_with_file("transaction_state_partitions = 7\n", &[]).expect("valid");
+    assert_eq!(c.transactions.state_partitions, 7);
+    let c = load_with_file(
+        "transaction_state_partitions = 7\n",
+        &["--transaction-state-partitions", "3"],
+    )
+    .expect("valid");
+    assert_eq!(c.transactions.state_partitions, 3);
+    for n in ["0", "1001"] {
+        assert!(load_with_file("", &["--transaction-state-partitions", n]).is_err());
+    }
+}

@@ -16,8 +16,10 @@ use super::versions::SUPPORTED_VERSIONS;
 
 /// FindCoordinator versions served: v4+ carry batched coordinator keys.
 pub const FIND_COORDINATOR_VERSIONS: (i16, i16) = (0, 6);
-/// FindCoordinator's key type for consumer groups (1 is transactions).
+/// FindCoordinator's key type for consumer groups.
 const KEY_TYPE_GROUP: i8 = 0;
+/// FindCoordinator's key type for transactional ids (`txn::wire` answers it).
+pub const KEY_TYPE_TRANSACTION: i8 = 1;
 
 /// A request the group service answers.
 #[derive(Debug)]
@@ -102,24 +104,45 @@ pub struct NodeAddress {
 
 /// FindCoordinator: for each group key, the node `locate` names (the
 /// leader of the key's coordinator partition), or COORDINATOR_NOT_AVAILABLE
-/// while it has none; transaction and share coordinators do not exist here.
+/// while it has none; other key types are not the group service's (the
+/// dispatch sends transactional ids to `txn::wire`; share groups do not
+/// exist here).
 pub fn find_coordinator(
     request: &FindCoordinatorRequest,
     version: i16,
     locate: impl Fn(&str) -> Option<NodeAddress>,
 ) -> FindCoordinatorResponse {
+    find_coordinator_of(
+        request,
+        version,
+        KEY_TYPE_GROUP,
+        GroupError::InvalidGroupId.code(),
+        locate,
+    )
+}
+
+/// FindCoordinator for the coordinators of `key_type`: each key's node as
+/// `locate` names it; an empty key is answered `empty_key_code`, another
+/// key type COORDINATOR_NOT_AVAILABLE.
+pub fn find_coordinator_of(
+    request: &FindCoordinatorRequest,
+    version: i16,
+    key_type: i8,
+    empty_key_code: i16,
+    locate: impl Fn(&str) -> Option<NodeAddress>,
+) -> FindCoordinatorResponse {
     let answer = |key: &str| -> std::result::Result<NodeAddress, (i16, &'static str)> {
-        if request.key_type != KEY_TYPE_GROUP {
+        if request.key_type != key_type {
             Err((
                 GroupError::CoordinatorNotAvailable.code(),
-                "only group coordinators exist",
+                "no coordinator of this key type here",
             ))
         } else if key.is_empty() {
-            Err((GroupError::InvalidGroupId.code(), "empty group id"))
+            Err((empty_key_code, "empty key"))
         } else {
             locate(key).ok_or((
                 GroupError::CoordinatorNotAvailable.code(),
-                "the group's coordinator partition has no leader yet",
+                "the key's coordinator partition has no leader yet",
             ))
         }
     };

@@ -44,6 +44,7 @@ pub fn range(key: ApiKey) -> Option<(i16, i16)> {
         .find(|(k, _, _)| *k == key)
         .map(|(_, lo, hi)| (*lo, *hi))
         .or_else(|| crate::group::wire::range(key))
+        .or_else(|| crate::txn::wire::range(key))
 }
 
 /// Whether a request of this version is decoded and answered.
@@ -64,6 +65,7 @@ pub fn response(unsupported: bool) -> ApiVersionsResponse {
         .iter()
         .copied()
         .chain(crate::group::wire::advertised())
+        .chain(crate::txn::wire::advertised())
         .map(|(k, lo, hi)| {
             let mut v = ApiVersion::default();
             v.api_key = k as i16;

@@ -15,6 +15,7 @@ use crate::config::{BackpressureMode, Config};
 use crate::controller::producer_ids::ProducerIds;
 use crate::controller::service::Controller;
 use crate::topics::TopicTable;
+use crate::txn::service::TxnService;
 
 /// The data plane's view (Fetch, ListOffsets, DeleteRecords,
 /// OffsetForLeaderEpoch): the topics with this node's replicas, and the
@@ -46,6 +47,9 @@ pub struct Producing<'a> {
     /// instead of waiting.
     pub throttling: bool,
     pub producer_ids: &'a Arc<ProducerIds>,
+    /// The transaction coordinator: InitProducerId with a transactional id,
+    /// and the check of a transactional batch's partition.
+    pub txn: &'a TxnService,
 }
 
 impl<'a> Producing<'a> {
@@ -56,6 +60,7 @@ impl<'a> Producing<'a> {
             backpressure: &broker.backpressure,
             throttling: broker.config.backpressure_mode == BackpressureMode::Throttle,
             producer_ids: &broker.producer_ids,
+            txn: &broker.txn,
         }
     }
 }

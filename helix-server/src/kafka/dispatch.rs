@@ -28,6 +28,8 @@ use super::{
 use crate::broker::Broker;
 use crate::error::Result;
 use crate::group::service::GroupService;
+use crate::group::wire::KEY_TYPE_TRANSACTION;
+use crate::txn::wire as txn;
 
 /// A response still being computed: resolves to the encoded frame, or
 /// None when the request gets no response (Produce with acks=0); an error
@@ -261,8 +263,21 @@ async fn route(
             )
         }),
         RequestKind::InitProducerId(req) => r.answer(async move {
-            ResponseKind::InitProducerId(produce::init_producer_id(Producing::of(&b), req).await)
+            ResponseKind::InitProducerId(produce::init_producer_id(Producing::of(&b), req, v).await)
         }),
+        RequestKind::FindCoordinator(req) if req.key_type == KEY_TYPE_TRANSACTION => {
+            r.answer(async move {
+                ResponseKind::FindCoordinator(txn::find_coordinator(&b.txn, &req, v))
+            })
+        }
+        RequestKind::AddPartitionsToTxn(req) => r.answer(async move {
+            ResponseKind::AddPartitionsToTxn(
+                txn::add_partitions_to_txn(&b.txn, &b.topics, req, v).await,
+            )
+        }),
+        RequestKind::EndTxn(req) => {
+            r.answer(async move { ResponseKind::EndTxn(txn::end_txn(&b.txn, req, v).await) })
+        }
         RequestKind::DescribeCluster(req) => r.answer(async move {
             ResponseKind::DescribeCluster(describe_cluster::describe(Routing::of(&b), req, v))
         }),

@@ -77,6 +77,7 @@ fn accept(
     topic: &EffectiveConfig,
     version: i16,
     append_time: &mut i64,
+    transactional: bool,
 ) -> Result<Vec<batch::ValidBatch>, HelixError> {
     let now = now_ms();
     let bounds = topic.timestamp_bounds(now);
@@ -88,10 +89,12 @@ fn accept(
     } else {
         records
     };
-    let mut batches = one_batch(
-        batch::validate(records, topic.max_message_bytes, bounds)?,
-        version,
-    )?;
+    let valid = if transactional {
+        batch::validate_transactional(records, topic.max_message_bytes, bounds)?
+    } else {
+        batch::validate(records, topic.max_message_bytes, bounds)?
+    };
+    let mut batches = one_batch(valid, version)?;
     if topic.log_append_time {
         for b in &mut batches {
             b.bytes = batch::stamp_log_append_time(&b.bytes, now)?;
@@ -147,11 +150,16 @@ struct Admission<'a> {
 
 impl Admission<'_> {
     /// Checks, converts and queues one partition's records.
-    async fn admit(&mut self, topic: Option<&Arc<Topic>>, pd: PartitionProduceData) -> Admitted {
+    async fn admit(
+        &mut self,
+        topic: Option<&Arc<Topic>>,
+        pd: PartitionProduceData,
+        transactional_id: Option<&str>,
+    ) -> Admitted {
         let index = pd.index;
         let mut seen = Seen::NOTHING;
         let slot = self
-            .queue(topic, pd, &mut seen)
+            .queue(topic, pd, transactional_id, &mut seen)
             .await
             .unwrap_or_else(|e| Slot::Done(Err(e)));
         Admitted { index, slot, seen }
@@ -161,6 +169,7 @@ impl Admission<'_> {
         &mut self,
         topic: Option<&Arc<Topic>>,
         pd: PartitionProduceData,
+        transactional_id: Option<&str>,
         a: &mut Seen,
     ) -> Result<Slot, HelixError> {
         let version = self.version;
@@ -174,7 +183,20 @@ impl Admission<'_> {
         }
         // A replica was found, so the topic was.
         let t = topic.ok_or(HelixError::UnknownTopicOrPartition)?;
-        let batches = accept(&records, &t.effective, version, &mut a.append_time)?;
+        let transactional = match transactional_id {
+            Some(id) => {
+                self.verify_transactional(id, &t.name, pd.index, &records)
+                    .await?
+            }
+            None => false,
+        };
+        let batches = accept(
+            &records,
+            &t.effective,
+            version,
+            &mut a.append_time,
+            transactional,
+        )?;
         if tracing::enabled!(target: TRACE, tracing::Level::DEBUG) {
             a.traced = batches
                 .first()
@@ -212,6 +234,45 @@ impl Admission<'_> {
     }
 }
 
+impl Admission<'_> {
+    /// A request with a transactional id: whether its batch is
+    /// transactional, after the coordinator confirmed that the partition is
+    /// in the producer's ongoing transaction at the batch's epoch (KIP-890
+    /// part 1; a batch for a partition never added to the transaction
+    /// would be left open forever).
+    async fn verify_transactional(
+        &self,
+        transactional_id: &str,
+        topic: &str,
+        partition: i32,
+        records: &bytes::Bytes,
+    ) -> Result<bool, HelixError> {
+        let header = batch::parse_header(records)?;
+        if !header.is_transactional() {
+            return Ok(false);
+        }
+        crate::txn::wire::verify_produce(
+            self.node.txn,
+            transactional_id,
+            header.producer_id,
+            header.producer_epoch,
+            topic,
+            partition,
+        )
+        .await
+        .map_err(|code| {
+            HelixError::Remote(
+                code,
+                format!(
+                    "producer {} epoch {} is not in a transaction holding {topic}-{partition}",
+                    header.producer_id, header.producer_epoch
+                ),
+            )
+        })?;
+        Ok(true)
+    }
+}
+
 /// Validates and queues; returns the future of the response (None for
 /// acks=0, an error when an acks=0 request failed: the connection closes).
 pub async fn enqueue(
@@ -239,15 +300,8 @@ pub async fn enqueue(
         };
         let mut slots = Vec::with_capacity(td.partition_data.len());
         for pd in td.partition_data {
-            slots.push(if req.transactional_id.is_some() {
-                Admitted {
-                    index: pd.index,
-                    slot: Slot::Done(Err(HelixError::TransactionsUnsupported)),
-                    seen: Seen::NOTHING,
-                }
-            } else {
-                admission.admit(topic.as_ref(), pd).await
-            });
+            let transactional_id = req.transactional_id.as_ref().map(|id| id.0.as_str());
+            slots.push(admission.admit(topic.as_ref(), pd, transactional_id).await);
         }
         topics.push((td.name, td.topic_id, topic, slots));
     }
@@ -354,19 +408,20 @@ pub fn throttle_ms(backpressure: &Backpressure) -> i32 {
     i32::try_from(backpressure.throttle().as_millis()).unwrap_or(i32::MAX)
 }
 
-/// InitProducerId for idempotent producers. A transactional id is refused:
-/// transactions are not served yet.
+/// InitProducerId. With a transactional id it is the transaction
+/// coordinator's (`txn::wire`); without one, a fresh producer id for an
+/// idempotent producer.
 pub async fn init_producer_id(
     node: Producing<'_>,
     req: InitProducerIdRequest,
+    version: i16,
 ) -> InitProducerIdResponse {
+    if req.transactional_id.is_some() {
+        return crate::txn::wire::init_producer_id(node.txn, req, version).await;
+    }
     let mut resp = InitProducerIdResponse::default();
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
-    if req.transactional_id.is_some() {
-        resp.error_code = HelixError::TransactionsUnsupported.kafka_code();
-        return resp;
-    }
     // A client that already has an id (KIP-360 epoch bump after an error)
     // gets a fresh id: simpler than bumping, and equally safe because
     // sequence state is per producer id.

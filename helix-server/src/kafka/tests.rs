@@ -528,8 +528,9 @@ async fn random_request_bodies_never_panic_the_broker() {
 async fn metadata_v0_with_no_topics_lists_every_topic_and_v1_lists_none() {
     let dir = tempfile::tempdir().expect("tempdir");
     let b = broker(dir.path()).await;
-    // v0: both topics and the internal __consumer_offsets.
-    for (version, want) in [(0i16, 3usize), (1, 0)] {
+    // v0: both topics and the internal __consumer_offsets and
+    // __transaction_state.
+    for (version, want) in [(0i16, 4usize), (1, 0)] {
         let mut req = MetadataRequest::default();
         req.topics = Some(Vec::new());
         let mut out = roundtrip(&b, ApiKey::Metadata, version, &req.into()).await;

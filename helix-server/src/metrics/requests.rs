@@ -120,6 +120,12 @@ fn for_each_error(body: &ResponseKind, mut f: impl FnMut(i16)) {
         ResponseKind::CreateTopics(r) => r.topics.iter().for_each(|t| code(t.error_code)),
         ResponseKind::DeleteTopics(r) => r.responses.iter().for_each(|t| code(t.error_code)),
         ResponseKind::InitProducerId(r) => code(r.error_code),
+        ResponseKind::EndTxn(r) => code(r.error_code),
+        ResponseKind::AddPartitionsToTxn(r) => r
+            .results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| &t.results_by_partition)
+            .for_each(|p| code(p.partition_error_code)),
         ResponseKind::FindCoordinator(r) => {
             code(r.error_code);
             r.coordinators.iter().for_each(|c| code(c.error_code));

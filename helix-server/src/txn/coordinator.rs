@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 
-use super::config::TxnConfig;
 use super::error::TxnError;
 use super::metadata::TxnMetadata;
 use super::record::{MAX_STRING_BYTES, Record, decode_entry, encode_entry};
@@ -23,6 +22,7 @@ use super::request::TxnRequest;
 use super::response::{Answer, Effects, MarkerWrite, OnAcknowledged, Proposal, Ready, Reply};
 use super::state::TxnState;
 use super::types::{ProposalId, RequestToken, StatePartition, state_partition_for};
+use crate::config::TxnConfig;
 
 /// One `__transaction_state` partition hosted on this node.
 #[derive(Debug)]

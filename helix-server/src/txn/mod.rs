@@ -11,12 +11,13 @@
 //! as in Kafka; a partition's view changes only when its records are
 //! acknowledged, and `replay` rebuilds it from the log after a failover.
 //! docs/adr/0026-transactions-design.md ("Step 1 as built") records the
-//! design.
+//! design. [`service`] hosts it in the broker and [`wire`] translates
+//! Kafka's requests ("Step 3 as built").
 
-// Not wired into the broker yet (issue 32, next step: txn::service).
+// Parts of the coordinator are not served yet (AddOffsetsToTxn, the views
+// for DescribeTransactions / ListTransactions).
 #![allow(dead_code)]
 
-mod config;
 mod coordinator;
 mod end;
 mod error;
@@ -26,8 +27,10 @@ mod ongoing;
 mod record;
 mod request;
 mod response;
+pub mod service;
 mod state;
 mod types;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;

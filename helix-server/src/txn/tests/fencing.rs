@@ -6,7 +6,7 @@
 use kafka_protocol::ResponseError;
 
 use super::harness::{FIRST_PRODUCER_ID, Harness, TIMEOUT_MS, pid_epoch};
-use crate::txn::config::TxnConfig;
+use crate::config::TxnConfig;
 use crate::txn::error::TxnError;
 use crate::txn::metadata::TxnMetadata;
 use crate::txn::state::TxnState;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use crate::txn::config::TxnConfig;
+use crate::config::TxnConfig;
 use crate::txn::coordinator::Coordinator;
 use crate::txn::error::TxnError;
 use crate::txn::metadata::TxnMetadata;

@@ -1,6 +1,5 @@
-//! The transaction coordinator's settings, with Kafka's defaults. When the
-//! coordinator is wired into the broker (issue 32, next step) they move to
-//! `config/` beside the group coordinator's, the one home of settings.
+//! The transaction coordinator's settings, with Kafka's defaults
+//! (docs/configuration.md lists the one that is a flag).
 
 /// Settings of the transaction coordinator.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,5 +30,25 @@ impl Default for TxnConfig {
             abort_check_interval_ms: 10_000,
             expiry_check_interval_ms: 3_600_000,
         }
+    }
+}
+
+/// Most `__transaction_state` partitions a node hosts (each is a WAL
+/// directory and a Raft group), as for `__consumer_offsets`.
+pub const MAX_STATE_PARTITIONS: u32 = 1000;
+
+impl TxnConfig {
+    /// Refuses settings the coordinator cannot work with; the message names
+    /// the setting as `docs/configuration.md` does.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.state_partitions == 0 || self.state_partitions > MAX_STATE_PARTITIONS {
+            return Err(format!(
+                "transaction_state_partitions must be between 1 and {MAX_STATE_PARTITIONS}"
+            ));
+        }
+        if self.max_timeout_ms <= 0 {
+            return Err("transaction max timeout must be positive".into());
+        }
+        Ok(())
     }
 }

@@ -1,0 +1,713 @@
+//! The transaction coordinator's host inside the broker, the shape of
+//! `group::service` (a parallel host, not shared code: the two
+//! coordinators differ in their inputs, and the group host's snapshot
+//! compaction has no counterpart here yet). It owns the [`Coordinator`]
+//! behind a mutex (never held across an await), supplies producer ids from
+//! the controller's blocks, turns proposals into records appended to the
+//! `__transaction_state` partitions (acks=all, the path of Produce),
+//! reports acknowledgements in log order, writes the markers the
+//! coordinator asks for, and drives `tick` from the wall clock.
+//!
+//! `__transaction_state` partitions are placed like `__consumer_offsets`
+//! (`controller::placement::internal`), in `<data-dir>/transactions/<n>`,
+//! with Raft group ids of their own. A node coordinates the transactional
+//! ids of the partitions it leads: once its new term's entries are
+//! acknowledged it replays the log, serves, and asks again for the markers
+//! of every transaction found in a Prepare state.
+//!
+//! Markers are written to the local leader replica of each data partition
+//! (`Partition::write_marker`), retried on NOT_LEADER with a backoff. A
+//! data partition led by another node cannot be reached yet (there is no
+//! peer call for it): its markers are retried and logged, and the
+//! transaction stays in its Prepare state until this node leads it (issue
+//! 32, the cluster step).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use helix_raft::{GroupId, Role};
+use helix_wal::LogConfig;
+use tokio::sync::{mpsc, oneshot};
+
+use super::coordinator::Coordinator;
+use super::error::TxnError;
+use super::request::{AddPartitions, EndTxn, InitProducerId, TxnRequest};
+use super::response::{Answer, MarkerWrite, Proposal, Reply};
+use super::types::{ProducerIdAndEpoch, ProposalId, RequestToken, StatePartition, TopicPartition};
+use crate::budget::Backpressure;
+use crate::clock::{now_ms, now_ms_unsigned};
+use crate::cluster::ClusterState;
+use crate::config::TxnConfig;
+use crate::controller::placement;
+use crate::controller::producer_ids::ProducerIds;
+use crate::error::{HelixError, Result};
+use crate::group::service::GROUPS_TOPIC;
+use crate::group::wire::NodeAddress;
+use crate::replica::markers::Marker;
+use crate::replica::{Partition, internal};
+use crate::topics::{self, Opened, ReplicaFactory, Topic, TopicTable};
+
+/// Kafka's name of the internal topic holding transaction records.
+pub const TRANSACTIONS_TOPIC: &str = "__transaction_state";
+/// How often deadlines are checked (the coordinator itself looks for
+/// timed-out transactions every `abort_check_interval_ms`).
+const TICK_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a proposal waits for produce backpressure room.
+const PROPOSAL_ROOM_TIMEOUT: Duration = Duration::from_secs(30);
+/// Segment size of a `__transaction_state` partition's WAL: records are small.
+const STATE_SEGMENT_BYTES: u64 = 64 << 20;
+/// Raft group ids of `__transaction_state` partitions ("HELIXT" in the high
+/// bytes; `__consumer_offsets` has "HELIXG", topic partitions take theirs
+/// from random topic ids).
+const STATE_RAFT_GROUPS: u64 = 0x4845_4c49_5854_0000;
+/// First and longest wait between two attempts at a partition's marker.
+const MARKER_BACKOFF_MIN: Duration = Duration::from_millis(20);
+const MARKER_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Attempts at a marker between two warnings about it.
+const MARKER_WARN_EVERY: u32 = 50;
+
+/// Refuses to open a data dir whose `__transaction_state` partitions were
+/// created with another count: transactional ids would hash elsewhere and
+/// their transactions would silently vanish. The count is kept in
+/// `transactions/partition-count`.
+fn check_partition_count(data_dir: &std::path::Path, count: u32) -> Result<()> {
+    let dir = data_dir.join("transactions");
+    let file = dir.join("partition-count");
+    match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            let n = text.trim().parse::<u32>().map_err(|_| {
+                HelixError::Config(format!("{}: {text:?} is not a count", file.display()))
+            })?;
+            if n != count {
+                return Err(HelixError::Config(format!(
+                    "the data dir was made with {n} __transaction_state partitions; \
+                     transaction_state_partitions is {count} (it cannot change)"
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(&file, format!("{count}\n"))?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The coordinator and the requests waiting for its replies.
+#[derive(Debug)]
+struct Host {
+    coordinator: Coordinator,
+    waiting: HashMap<RequestToken, oneshot::Sender<Reply>>,
+    next_token: u64,
+}
+
+/// The broker's transaction service.
+#[derive(Debug)]
+pub struct TxnService {
+    host: Mutex<Host>,
+    /// One ordered proposal queue per `__transaction_state` partition held here.
+    proposers: HashMap<u32, mpsc::UnboundedSender<Proposal>>,
+    /// Every `__transaction_state` partition: its group, replicas and local replica.
+    partitions: Vec<topics::TopicPartition>,
+    cluster: Arc<ClusterState>,
+    /// Where markers are written (the data partitions' local replicas).
+    topics: Arc<TopicTable>,
+    producer_ids: Arc<ProducerIds>,
+    state_partitions: u32,
+    topic_id: uuid::Uuid,
+    me: Weak<TxnService>,
+}
+
+impl TxnService {
+    /// Opens the `__transaction_state` partitions this node holds and
+    /// starts the tasks that load them as their leadership comes and goes,
+    /// propose and tick.
+    pub async fn open(
+        factory: &ReplicaFactory,
+        cluster: &Arc<ClusterState>,
+        backpressure: &Backpressure,
+        topics: &Arc<TopicTable>,
+        producer_ids: &Arc<ProducerIds>,
+    ) -> Result<Arc<TxnService>> {
+        let config: TxnConfig = factory.config.transactions.clone();
+        let data_dir = factory.config.data_dir.clone();
+        check_partition_count(&data_dir, config.state_partitions)?;
+        let count = config.state_partitions;
+        let coordinator = Coordinator::new(config);
+        // No retention: these logs are the transactions' state.
+        let log = LogConfig {
+            segment_bytes: STATE_SEGMENT_BYTES,
+            durability: factory.durability(),
+            sync_group: Some(factory.logs.sync_group.clone()),
+            file_budget: Some(factory.logs.file_budget.clone()),
+            ..LogConfig::default()
+        };
+        let members = cluster.member_ids();
+        let rf = members.len().min(3);
+        let sets = placement::internal(&members, rf, count as usize);
+        let mut partitions: Vec<topics::TopicPartition> = sets
+            .into_iter()
+            .enumerate()
+            .map(|(i, replicas)| topics::TopicPartition {
+                index: i as i32,
+                group: GroupId(STATE_RAFT_GROUPS | i as u64),
+                replicas,
+                local: None,
+                refused: None,
+            })
+            .collect();
+        let wanted = partitions
+            .iter()
+            .filter(|p| p.replicas.contains(&factory.node))
+            .map(|p| {
+                (
+                    p.index,
+                    data_dir.join("transactions").join(p.index.to_string()),
+                    factory.settings(p.group, p.replicas.clone(), log.clone()),
+                )
+            })
+            .collect();
+        for (index, opened) in factory.open(TRANSACTIONS_TOPIC, wanted).await? {
+            match opened {
+                Opened::Serving(p) => partitions[index as usize].local = Some(p),
+                Opened::Refused(why) => partitions[index as usize].refused = Some(why),
+            }
+        }
+        let mut proposers = HashMap::new();
+        let mut queues = Vec::new();
+        for p in &partitions {
+            if let Some(local) = &p.local {
+                let (tx, rx) = mpsc::unbounded_channel();
+                proposers.insert(p.index as u32, tx);
+                queues.push((local.clone(), rx));
+            }
+        }
+        let service = Arc::new_cyclic(|me| TxnService {
+            host: Mutex::new(Host {
+                coordinator,
+                waiting: HashMap::new(),
+                next_token: 0,
+            }),
+            proposers,
+            partitions,
+            cluster: cluster.clone(),
+            topics: topics.clone(),
+            producer_ids: producer_ids.clone(),
+            state_partitions: count,
+            topic_id: internal_topic_id(),
+            me: me.clone(),
+        });
+        for (partition, rx) in queues {
+            let index = StatePartition(partition.index as u32);
+            if partition.leadership().role == Role::Leader
+                && partition.high_watermark() >= partition.log_end_offset()
+            {
+                service.load(index, &partition)?;
+            }
+            tokio::spawn(coordinate(
+                Arc::downgrade(&service),
+                index,
+                partition.clone(),
+            ));
+            tokio::spawn(propose(
+                Arc::downgrade(&service),
+                partition,
+                rx,
+                backpressure.clone(),
+            ));
+        }
+        tokio::spawn(tick(Arc::downgrade(&service)));
+        Ok(service)
+    }
+
+    /// `__transaction_state` as Metadata shows it (internal).
+    pub fn internal_topic(&self) -> Topic {
+        Topic {
+            name: TRANSACTIONS_TOPIC.to_string(),
+            id: self.topic_id,
+            partitions: self.partitions.clone(),
+            configs: Default::default(),
+            effective: crate::controller::topic_config::EffectiveConfig::resolve(
+                &Default::default(),
+                &crate::config::Config::default(),
+            ),
+            internal: true,
+        }
+    }
+
+    /// The node coordinating `transactional_id`: the leader of its
+    /// `__transaction_state` partition (`abs(hash(id)) % n`, Kafka's rule).
+    pub fn coordinator_of(&self, transactional_id: &str) -> Option<NodeAddress> {
+        if !self.cluster.hears_majority() {
+            return None;
+        }
+        let index = super::types::state_partition_for(transactional_id, self.state_partitions);
+        let p = self.partitions.get(index.0 as usize)?;
+        let leader = self.cluster.leadership(p.group, p.local.as_deref())?.leader;
+        let m = self.cluster.member(leader)?;
+        Some(NodeAddress {
+            node_id: i32::try_from(m.id.0).ok()?,
+            host: m.host.clone(),
+            port: m.port,
+        })
+    }
+
+    /// InitProducerId with a transactional id: a new producer id (from the
+    /// controller's blocks) or the next epoch of the id's producer.
+    pub async fn init_producer_id(
+        &self,
+        transactional_id: String,
+        timeout_ms: i32,
+        expected: Option<ProducerIdAndEpoch>,
+    ) -> std::result::Result<ProducerIdAndEpoch, TxnError> {
+        let needs = self
+            .lock()
+            .coordinator
+            .needs_producer_id(&transactional_id, expected);
+        let new_producer_id = if needs {
+            match self.producer_ids.next().await {
+                Ok(id) => Some(id),
+                Err(error) => {
+                    tracing::warn!(%error, "no producer id for a transactional producer");
+                    // Retriable: the client asks again.
+                    return Err(TxnError::ConcurrentTransactions);
+                }
+            }
+        } else {
+            None
+        };
+        let request = TxnRequest::InitProducerId(InitProducerId {
+            transactional_id,
+            timeout_ms,
+            expected,
+            new_producer_id,
+        });
+        match self.call(request).await {
+            Answer::InitProducerId(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// AddPartitionsToTxn (v0-v3): one answer for the whole request.
+    pub async fn add_partitions(
+        &self,
+        request: AddPartitions,
+    ) -> std::result::Result<(), TxnError> {
+        match self.call(TxnRequest::AddPartitions(request)).await {
+            Answer::AddPartitions(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// EndTxn: answered once the Prepare state is durable; the markers
+    /// follow.
+    pub async fn end_txn(&self, request: EndTxn) -> std::result::Result<(), TxnError> {
+        match self.call(TxnRequest::EndTxn(request)).await {
+            Answer::EndTxn(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Whether `partition` is in the ongoing transaction of this producer id
+    /// and epoch (KIP-890 part 1, asked before a transactional batch is
+    /// appended). Reads acknowledged state only, on this node: a
+    /// transactional id coordinated elsewhere is NOT_COORDINATOR (issue 32,
+    /// the cluster step).
+    pub async fn verify(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partition: TopicPartition,
+    ) -> std::result::Result<(), TxnError> {
+        let request = TxnRequest::VerifyPartitions(AddPartitions {
+            transactional_id: transactional_id.to_owned(),
+            producer_id,
+            epoch,
+            partitions: BTreeSet::from([partition]),
+        });
+        match self.call(request).await {
+            Answer::VerifyPartitions(Ok(verdicts)) => verdicts
+                .into_iter()
+                .map(|(_, verdict)| verdict)
+                .find(|v| v.is_err())
+                .unwrap_or(Ok(())),
+            Answer::VerifyPartitions(Err(e)) => Err(e),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Hands one request to the coordinator and waits for its answer.
+    async fn call(&self, request: TxnRequest) -> Answer {
+        let (tx, rx) = oneshot::channel();
+        let failed = match &request {
+            TxnRequest::InitProducerId(_) => Answer::InitProducerId(Err(TxnError::NotCoordinator)),
+            TxnRequest::AddPartitions(_) => Answer::AddPartitions(Err(TxnError::NotCoordinator)),
+            TxnRequest::VerifyPartitions(_) => {
+                Answer::VerifyPartitions(Err(TxnError::NotCoordinator))
+            }
+            TxnRequest::AddOffsets(_) => Answer::AddOffsets(Err(TxnError::NotCoordinator)),
+            TxnRequest::EndTxn(_) => Answer::EndTxn(Err(TxnError::NotCoordinator)),
+        };
+        {
+            let mut host = self.lock();
+            host.next_token += 1;
+            let token = RequestToken(host.next_token);
+            host.waiting.insert(token, tx);
+            host.coordinator.handle(token, request, now_ms_unsigned());
+            self.drain(&mut host);
+        }
+        match rx.await {
+            Ok(reply) => reply.answer,
+            // The service is going away.
+            Err(_) => failed,
+        }
+    }
+
+    /// Shutdown: every `__transaction_state` partition flushes and closes its log.
+    pub async fn close(&self) {
+        let local: Vec<Arc<Partition>> = self
+            .partitions
+            .iter()
+            .filter_map(|p| p.local.clone())
+            .collect();
+        crate::replica::close_all(&local).await;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Host> {
+        self.host
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Rebuilds a partition's view from its acknowledged log and serves it
+    /// at the replica's current term (the coordinator epoch markers carry).
+    fn load(&self, id: StatePartition, partition: &Partition) -> Result<()> {
+        let term = partition.leadership().term.0;
+        let epoch = i32::try_from(term).unwrap_or(i32::MAX);
+        let mut host = self.lock();
+        host.coordinator.begin_load(id);
+        let end = partition.high_watermark().0;
+        let records = internal::for_each_value(partition, 0, end, |offset, value| {
+            if let Err(error) = host.coordinator.replay(id, &value) {
+                tracing::warn!(partition = %id, offset, %error, "skipping a transaction record");
+            }
+            Ok(())
+        });
+        if let Err(e) = records {
+            host.coordinator.unload(id);
+            self.drain(&mut host);
+            return Err(e);
+        }
+        host.coordinator.finish_load(id, epoch);
+        self.drain(&mut host);
+        tracing::info!(partition = %id, epoch, end, "coordinating the partition's transactions");
+        Ok(())
+    }
+
+    fn unload(&self, id: StatePartition) {
+        let mut host = self.lock();
+        host.coordinator.unload(id);
+        self.drain(&mut host);
+        tracing::info!(partition = %id, "no longer coordinating the partition's transactions");
+    }
+
+    /// Delivers the coordinator's output: replies to their waiting
+    /// requests, proposals to their partitions' queues, marker writes to
+    /// tasks of their own.
+    fn drain(&self, host: &mut Host) {
+        loop {
+            let ready = host.coordinator.take_ready();
+            if ready.is_empty() {
+                return;
+            }
+            for reply in ready.replies {
+                if let Some(waiting) = host.waiting.remove(&reply.token) {
+                    let _ = waiting.send(reply);
+                }
+            }
+            for proposal in ready.proposals {
+                let id = proposal.id;
+                let queue = self.proposers.get(&proposal.partition.0);
+                if queue.is_none_or(|q| q.send(proposal).is_err()) {
+                    host.coordinator.on_proposal_failed(id);
+                }
+            }
+            for markers in ready.markers {
+                tokio::spawn(write_markers(self.me.clone(), markers));
+            }
+        }
+    }
+
+    fn settle(&self, id: ProposalId, acknowledged: bool) {
+        let mut host = self.lock();
+        if acknowledged {
+            host.coordinator.on_acknowledged(id);
+        } else {
+            host.coordinator.on_proposal_failed(id);
+        }
+        self.drain(&mut host);
+    }
+
+    fn markers_written(&self, markers: &MarkerWrite) {
+        let mut host = self.lock();
+        host.coordinator.on_markers_written(
+            markers.partition,
+            &markers.transactional_id,
+            markers.producer_id,
+            markers.epoch,
+            now_ms_unsigned(),
+        );
+        self.drain(&mut host);
+    }
+
+    /// Whether this node still coordinates `partition` at `epoch` (its
+    /// local replica leads in that term): markers of a deposed coordinator
+    /// stop.
+    fn still_coordinates(&self, partition: StatePartition, epoch: i32) -> bool {
+        self.partitions
+            .get(partition.0 as usize)
+            .and_then(|p| p.local.as_ref())
+            .is_some_and(|p| {
+                let l = p.leadership();
+                l.role == Role::Leader && i32::try_from(l.term.0).unwrap_or(i32::MAX) == epoch
+            })
+    }
+}
+
+/// An answer of another kind than the request's: a bug in the coordinator,
+/// answered as Kafka answers an IllegalStateException.
+fn unexpected(answer: Answer) -> TxnError {
+    tracing::error!(
+        ?answer,
+        "the transaction coordinator answered another kind of request"
+    );
+    TxnError::IllegalTransition {
+        from: super::state::TxnState::Empty,
+        to: super::state::TxnState::Empty,
+    }
+}
+
+/// The id `__transaction_state` shows in Metadata: the same on every node.
+fn internal_topic_id() -> uuid::Uuid {
+    uuid::Uuid::from_u128(u128::from(STATE_RAFT_GROUPS) << 64 | 1)
+}
+
+/// What became of one partition's marker.
+enum MarkerOutcome {
+    /// In the log (or needs no writing: the topic or partition is gone, or a
+    /// newer epoch of the producer already ended its transaction).
+    Done,
+    /// A newer coordinator wrote markers for this producer: this one stops.
+    Fenced,
+}
+
+/// Writes one transaction's markers to every partition, in parallel, then
+/// reports them written so the coordinator completes the transaction.
+async fn write_markers(service: Weak<TxnService>, markers: MarkerWrite) {
+    let marker = Marker {
+        producer_id: markers.producer_id,
+        producer_epoch: markers.epoch,
+        commit: markers.commit,
+        coordinator_epoch: markers.coordinator_epoch,
+        timestamp: now_ms(),
+    };
+    let writes = markers.partitions.iter().map(|tp| {
+        write_marker(
+            service.clone(),
+            markers.partition,
+            markers.coordinator_epoch,
+            tp.clone(),
+            marker,
+        )
+    });
+    let outcomes = futures_join_all(writes).await;
+    let Some(outcomes) = outcomes else {
+        return;
+    };
+    if outcomes.iter().any(|o| matches!(o, MarkerOutcome::Fenced)) {
+        tracing::warn!(transactional_id = %markers.transactional_id,
+            "a newer transaction coordinator wrote markers for this producer; stopping");
+        return;
+    }
+    if let Some(s) = service.upgrade() {
+        s.markers_written(&markers);
+    }
+}
+
+/// Runs the writes concurrently; `None` when one gave up because this node
+/// stopped coordinating (or the service is gone).
+async fn futures_join_all<F>(writes: impl Iterator<Item = F>) -> Option<Vec<MarkerOutcome>>
+where
+    F: std::future::Future<Output = Option<MarkerOutcome>> + Send + 'static,
+{
+    let handles: Vec<_> = writes.map(tokio::spawn).collect();
+    let mut outcomes = Vec::with_capacity(handles.len());
+    for h in handles {
+        outcomes.push(h.await.ok()??);
+    }
+    Some(outcomes)
+}
+
+/// Writes one marker to the local leader of `tp`, retrying while it is not
+/// the leader; `None` when this node no longer coordinates the transaction.
+async fn write_marker(
+    service: Weak<TxnService>,
+    partition: StatePartition,
+    coordinator_epoch: i32,
+    tp: TopicPartition,
+    marker: Marker,
+) -> Option<MarkerOutcome> {
+    if tp.topic == GROUPS_TOPIC {
+        // AddOffsetsToTxn is not served, so no transaction holds a group
+        // partition; should one appear, the group coordinator cannot read
+        // control batches yet.
+        tracing::error!(
+            partition = tp.partition,
+            "a transaction holds a __consumer_offsets partition: marker not written"
+        );
+        return Some(MarkerOutcome::Done);
+    }
+    let mut backoff = MARKER_BACKOFF_MIN;
+    let mut attempts: u32 = 0;
+    loop {
+        let replica = {
+            let s = service.upgrade()?;
+            if !s.still_coordinates(partition, coordinator_epoch) {
+                return None;
+            }
+            let Some(topic) = s.topics.get(&tp.topic) else {
+                // Deleted: nothing to end there (Kafka skips it too).
+                return Some(MarkerOutcome::Done);
+            };
+            if tp.partition < 0 || tp.partition as usize >= topic.partitions.len() {
+                return Some(MarkerOutcome::Done);
+            }
+            topic.local(tp.partition).ok().cloned()
+        };
+        let outcome = match &replica {
+            Some(p) => p.write_marker(marker).await,
+            None => Err(HelixError::NotLeader),
+        };
+        match outcome {
+            Ok(_) => return Some(MarkerOutcome::Done),
+            // A newer epoch of the producer ended the transaction already.
+            Err(HelixError::InvalidProducerEpoch) => return Some(MarkerOutcome::Done),
+            Err(HelixError::TransactionCoordinatorFenced) => return Some(MarkerOutcome::Fenced),
+            Err(error) => {
+                attempts += 1;
+                if attempts % MARKER_WARN_EVERY == 1 {
+                    let remote = replica.is_none();
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, %error, attempts, remote,
+                        "transaction marker not written yet; retrying (a partition led by another \
+                         node cannot be reached yet: issue 32's cluster step)");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MARKER_BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// Follows one partition's leadership: loads it when this node leads and
+/// its log is acknowledged up to where it was at election, unloads it when
+/// leadership goes.
+async fn coordinate(service: Weak<TxnService>, id: StatePartition, partition: Arc<Partition>) {
+    let mut leadership = partition.watch_leadership();
+    let mut loaded_term = {
+        let l = partition.leadership();
+        (l.role == Role::Leader && partition.high_watermark() >= partition.log_end_offset())
+            .then_some(l.term)
+    };
+    loop {
+        let l = *leadership.borrow_and_update();
+        let leads = l.role == Role::Leader;
+        if leads && loaded_term != Some(l.term) {
+            let end = partition.log_end_offset();
+            let mut hw = partition.watch_high_watermark();
+            let caught_up = tokio::select! {
+                r = hw.wait_for(|h| *h >= end) => r.is_ok(),
+                _ = leadership.changed() => false,
+            };
+            let still = partition.leadership();
+            if caught_up && still.role == Role::Leader && still.term == l.term {
+                let Some(s) = service.upgrade() else { return };
+                match s.load(id, &partition) {
+                    Ok(()) => loaded_term = Some(l.term),
+                    Err(e) => {
+                        tracing::error!(partition = %id, error = %e, "loading a __transaction_state partition failed; retrying");
+                        drop(s);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+            continue;
+        }
+        if !leads && loaded_term.take().is_some() {
+            let Some(s) = service.upgrade() else { return };
+            s.unload(id);
+        }
+        if leadership.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Proposes one partition's entries in order; a second task reports their
+/// outcomes in the same order, so the view applies them in log order.
+async fn propose(
+    service: Weak<TxnService>,
+    partition: Arc<Partition>,
+    mut proposals: mpsc::UnboundedReceiver<Proposal>,
+    backpressure: Backpressure,
+) {
+    type Outcome = (
+        ProposalId,
+        Option<oneshot::Receiver<crate::batcher::ProduceOutcome>>,
+    );
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Outcome>();
+    let reporter = service.clone();
+    tokio::spawn(async move {
+        while let Some((id, waiting)) = done_rx.recv().await {
+            let acknowledged = match waiting {
+                Some(rx) => matches!(rx.await, Ok(Ok(_))),
+                None => false,
+            };
+            let Some(service) = reporter.upgrade() else {
+                return;
+            };
+            service.settle(id, acknowledged);
+        }
+    });
+    while let Some(proposal) = proposals.recv().await {
+        let waiting = internal::append(
+            &partition,
+            &backpressure,
+            &proposal.entry,
+            PROPOSAL_ROOM_TIMEOUT,
+        )
+        .await;
+        if let Err(error) = &waiting {
+            tracing::warn!(partition = %proposal.partition, %error, "transaction record proposal failed");
+        }
+        if done_tx.send((proposal.id, waiting.ok())).is_err() {
+            return;
+        }
+    }
+}
+
+async fn tick(service: Weak<TxnService>) {
+    let mut interval = tokio::time::interval(TICK_INTERVAL);
+    loop {
+        interval.tick().await;
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        let mut host = service.lock();
+        host.coordinator.tick(now_ms_unsigned());
+        service.drain(&mut host);
+    }
+}

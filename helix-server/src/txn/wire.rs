@@ -1,0 +1,297 @@
+//! Between the broker's Kafka dispatch and the transaction service:
+//! Kafka's requests into the coordinator's own ([`super::request`]) and its
+//! answers back per version (error codes through [`TxnError::code_at`]),
+//! FindCoordinator for transactional ids, and the ranges ApiVersions adds.
+//!
+//! Served: FindCoordinator key type 1, InitProducerId with a transactional
+//! id, AddPartitionsToTxn v0-v3 (the clients' versions; v4+ are the
+//! brokers' batched and verify-only form) and EndTxn v0-v4. Not served:
+//! AddOffsetsToTxn and TxnOffsetCommit (the group side of a transaction is
+//! not built), so `send_offsets_to_transaction` is refused by the clients
+//! themselves (they find the API missing).
+
+use std::collections::BTreeSet;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ProducerId,
+};
+
+use super::error::TxnError;
+use super::request::{AddPartitions, EndTxn};
+use super::service::TxnService;
+use super::types::{NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ProducerIdAndEpoch, TopicPartition};
+use crate::group::wire::{KEY_TYPE_TRANSACTION, find_coordinator_of};
+use crate::topics::TopicTable;
+
+/// AddPartitionsToTxn versions served: v0-v3, one transaction per request.
+pub const ADD_PARTITIONS_VERSIONS: (i16, i16) = (0, 3);
+/// EndTxn versions served (v4 adds only TRANSACTION_ABORTABLE, which EndTxn
+/// never answers here).
+pub const END_TXN_VERSIONS: (i16, i16) = (0, 4);
+
+/// Every (api, min, max) the transaction service adds to ApiVersions.
+pub fn advertised() -> impl Iterator<Item = (ApiKey, i16, i16)> {
+    [
+        (
+            ApiKey::AddPartitionsToTxn,
+            ADD_PARTITIONS_VERSIONS.0,
+            ADD_PARTITIONS_VERSIONS.1,
+        ),
+        (ApiKey::EndTxn, END_TXN_VERSIONS.0, END_TXN_VERSIONS.1),
+    ]
+    .into_iter()
+}
+
+/// The advertised range of `key`, if the transaction service serves it.
+pub fn range(key: ApiKey) -> Option<(i16, i16)> {
+    advertised()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, min, max)| (min, max))
+}
+
+/// FindCoordinator with key type 1: the leader of each transactional id's
+/// `__transaction_state` partition.
+pub fn find_coordinator(
+    service: &TxnService,
+    request: &FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    find_coordinator_of(
+        request,
+        version,
+        KEY_TYPE_TRANSACTION,
+        ResponseError::InvalidRequest.code(),
+        |key| service.coordinator_of(key),
+    )
+}
+
+/// InitProducerId with a transactional id (the caller checked there is
+/// one).
+pub async fn init_producer_id(
+    service: &TxnService,
+    req: InitProducerIdRequest,
+    version: i16,
+) -> InitProducerIdResponse {
+    let mut resp = InitProducerIdResponse::default();
+    resp.producer_id = ProducerId(NO_PRODUCER_ID);
+    resp.producer_epoch = NO_PRODUCER_EPOCH;
+    let transactional_id = req
+        .transactional_id
+        .as_ref()
+        .map(|id| id.0.to_string())
+        .unwrap_or_default();
+    // KIP-360 (v3+): both or neither of the producer id and epoch.
+    let given = (req.producer_id.0, req.producer_epoch);
+    let expected = match given {
+        (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) => None,
+        (id, epoch) if id != NO_PRODUCER_ID && epoch != NO_PRODUCER_EPOCH => {
+            Some(ProducerIdAndEpoch {
+                producer_id: id,
+                epoch,
+            })
+        }
+        _ => {
+            resp.error_code = TxnError::InvalidRequest.code();
+            return resp;
+        }
+    };
+    match service
+        .init_producer_id(transactional_id, req.transaction_timeout_ms, expected)
+        .await
+    {
+        Ok(id) => {
+            resp.producer_id = ProducerId(id.producer_id);
+            resp.producer_epoch = id.epoch;
+        }
+        Err(e) => resp.error_code = e.code_at(ApiKey::InitProducerId, version),
+    }
+    resp
+}
+
+/// AddPartitionsToTxn v0-v3. Partitions of unknown topics are answered
+/// UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED,
+/// without asking the coordinator (Kafka's `handleAddPartitionsToTxnRequest`);
+/// otherwise every partition gets the coordinator's one code.
+pub async fn add_partitions_to_txn(
+    service: &TxnService,
+    topics: &TopicTable,
+    req: AddPartitionsToTxnRequest,
+    version: i16,
+) -> AddPartitionsToTxnResponse {
+    let mut partitions = BTreeSet::new();
+    let mut unknown = BTreeSet::new();
+    for t in &req.v3_and_below_topics {
+        let name = t.name.0.to_string();
+        let known = topics.get(&name);
+        for &index in &t.partitions {
+            let tp = TopicPartition::new(&name, index);
+            let exists = known
+                .as_ref()
+                .is_some_and(|topic| index >= 0 && (index as usize) < topic.partitions.len());
+            if exists {
+                partitions.insert(tp);
+            } else {
+                unknown.insert(tp);
+            }
+        }
+    }
+    let coordinator_code = if unknown.is_empty() {
+        let request = AddPartitions {
+            transactional_id: req.v3_and_below_transactional_id.0.to_string(),
+            producer_id: req.v3_and_below_producer_id.0,
+            epoch: req.v3_and_below_producer_epoch,
+            partitions,
+        };
+        Some(match service.add_partitions(request).await {
+            Ok(()) => 0,
+            Err(e) => e.code_at(ApiKey::AddPartitionsToTxn, version),
+        })
+    } else {
+        None
+    };
+    let code_for = |tp: &TopicPartition| match coordinator_code {
+        Some(code) => code,
+        None if unknown.contains(tp) => ResponseError::UnknownTopicOrPartition.code(),
+        None => ResponseError::OperationNotAttempted.code(),
+    };
+    let mut resp = AddPartitionsToTxnResponse::default();
+    resp.results_by_topic_v3_and_below = req
+        .v3_and_below_topics
+        .iter()
+        .map(|t| {
+            let name = t.name.0.to_string();
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(
+                    t.partitions
+                        .iter()
+                        .map(|&index| {
+                            AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(index)
+                                .with_partition_error_code(code_for(&TopicPartition::new(
+                                    &name, index,
+                                )))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    resp
+}
+
+/// EndTxn: answered once the transaction's Prepare state is durable.
+pub async fn end_txn(service: &TxnService, req: EndTxnRequest, version: i16) -> EndTxnResponse {
+    let request = EndTxn {
+        transactional_id: req.transactional_id.0.to_string(),
+        producer_id: req.producer_id.0,
+        epoch: req.producer_epoch,
+        commit: req.committed,
+    };
+    let mut resp = EndTxnResponse::default();
+    if let Err(e) = service.end_txn(request).await {
+        resp.error_code = e.code_at(ApiKey::EndTxn, version);
+    }
+    resp
+}
+
+/// The Produce error for a transactional batch whose partition the
+/// coordinator does not confirm in the producer's transaction (Kafka 3.9's
+/// answers to a failed verification): not in the transaction,
+/// INVALID_TXN_STATE; an old epoch, INVALID_PRODUCER_EPOCH; the coordinator
+/// loading, moving or elsewhere, NOT_ENOUGH_REPLICAS (retriable).
+pub fn produce_error(error: TxnError) -> i16 {
+    match error {
+        TxnError::TransactionAbortable | TxnError::InvalidTxnState => {
+            ResponseError::InvalidTxnState.code()
+        }
+        TxnError::ProducerFenced | TxnError::InvalidProducerEpoch => {
+            ResponseError::InvalidProducerEpoch.code()
+        }
+        TxnError::InvalidProducerIdMapping | TxnError::TransactionalIdNotFound => {
+            ResponseError::InvalidProducerIdMapping.code()
+        }
+        TxnError::NotCoordinator | TxnError::LoadInProgress | TxnError::ConcurrentTransactions => {
+            ResponseError::NotEnoughReplicas.code()
+        }
+        other => other.code(),
+    }
+}
+
+/// Whether a transactional batch of `producer_id` and `epoch` may be
+/// appended to `topic`'s `partition`: the coordinator (on this node) must
+/// hold the partition in the producer's ongoing transaction at that epoch.
+/// Otherwise the Produce error code for it ([`produce_error`]).
+pub async fn verify_produce(
+    service: &TxnService,
+    transactional_id: &str,
+    producer_id: i64,
+    epoch: i16,
+    topic: &str,
+    partition: i32,
+) -> Result<(), i16> {
+    service
+        .verify(
+            transactional_id,
+            producer_id,
+            epoch,
+            TopicPartition::new(topic, partition),
+        )
+        .await
+        .map_err(produce_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+
+    #[test]
+    fn produce_errors_follow_kafkas_verification_answers() {
+        assert_eq!(produce_error(TxnError::TransactionAbortable), 48);
+        assert_eq!(produce_error(TxnError::ProducerFenced), 47);
+        assert_eq!(produce_error(TxnError::InvalidProducerIdMapping), 49);
+        // Retriable while the coordinator loads or moves.
+        assert_eq!(produce_error(TxnError::LoadInProgress), 19);
+        assert_eq!(produce_error(TxnError::NotCoordinator), 19);
+    }
+
+    #[test]
+    fn find_coordinator_answers_transactional_ids_at_every_version() {
+        let node = crate::group::wire::NodeAddress {
+            node_id: 3,
+            host: "h".into(),
+            port: 9092,
+        };
+        for version in 1..=4 {
+            let mut request = FindCoordinatorRequest::default().with_key_type(1);
+            if version >= 4 {
+                request.coordinator_keys = vec![
+                    StrBytes::from_static_str("t1"),
+                    StrBytes::from_static_str(""),
+                ];
+            } else {
+                request.key = StrBytes::from_static_str("t1");
+            }
+            let response = find_coordinator_of(&request, version, 1, 42, |_| Some(node.clone()));
+            if version >= 4 {
+                assert_eq!(response.coordinators[0].node_id.0, 3);
+                assert_eq!(response.coordinators[1].error_code, 42);
+            } else {
+                assert_eq!((response.error_code, response.node_id.0), (0, 3));
+            }
+        }
+        // A group key type is not the transaction service's.
+        let group = FindCoordinatorRequest::default().with_key(StrBytes::from_static_str("g"));
+        assert_eq!(
+            find_coordinator_of(&group, 3, 1, 42, |_| Some(node.clone())).error_code,
+            15
+        );
+    }
+}
