@@ -601,3 +601,42 @@ async fn fetch_frames_carry_the_wal_slices_themselves() {
         assert!(frame.into_bytes() == expected, "v{version}: same bytes");
     }
 }
+
+/// One node serves transactional ids (issue 32 step 3): FindCoordinator key
+/// type 1 names it, InitProducerId with a transactional id hands out epoch
+/// 0 and then the next epoch of the same producer id, and EndTxn with no
+/// transaction is INVALID_TXN_STATE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_coordinates_transactional_ids() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = broker(dir.path()).await;
+    let find = FindCoordinatorRequest::default()
+        .with_key(StrBytes::from_static_str("tx-1"))
+        .with_key_type(1);
+    let mut out = roundtrip(&b, ApiKey::FindCoordinator, 3, &find.into()).await;
+    let resp = FindCoordinatorResponse::decode(&mut out, 3).expect("decode");
+    assert_eq!((resp.error_code, resp.node_id.0), (0, 1));
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx-1"))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let mut out = roundtrip(&b, ApiKey::InitProducerId, 4, &init.clone().into()).await;
+    let first = InitProducerIdResponse::decode(&mut out, 4).expect("decode");
+    assert_eq!((first.error_code, first.producer_epoch), (0, 0));
+    assert!(first.producer_id.0 >= 0);
+    let mut out = roundtrip(&b, ApiKey::InitProducerId, 4, &init.into()).await;
+    let second = InitProducerIdResponse::decode(&mut out, 4).expect("decode");
+    assert_eq!(
+        (second.error_code, second.producer_id, second.producer_epoch),
+        (0, first.producer_id, 1)
+    );
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx-1")))
+        .with_producer_id(second.producer_id)
+        .with_producer_epoch(1)
+        .with_committed(true);
+    let mut out = roundtrip(&b, ApiKey::EndTxn, 3, &end.into()).await;
+    let resp = EndTxnResponse::decode(&mut out, 3).expect("decode");
+    assert_eq!(resp.error_code, 48);
+}
