@@ -129,3 +129,29 @@ def test_second_producer_with_the_same_id_fences_the_first(broker, topic):
     values = transaction(second, topic, "second", 4, commit=True)
     got = read_all(broker, topic, 2, len(values), "read_committed")
     assert sorted(got) == sorted(values)
+
+
+@pytest.mark.managed
+def test_open_transaction_survives_kill9_and_is_aborted_by_the_next_producer(fresh_broker, topic):
+    """The coordinator replays __transaction_state after kill -9: the next
+    producer with the same id fences the one that died mid-transaction, its
+    records are aborted (read_committed passes them), and committed ones
+    stay."""
+    b = fresh_broker
+    clients.create_topic(b.bootstrap, topic, 2)
+    tid = f"tx-{topic}"
+    first = producer(b, tid)
+    first.init_transactions(CALL_TIMEOUT)
+    committed = transaction(first, topic, "c", 4, commit=True)
+    first.begin_transaction()
+    for i in range(6):
+        first.produce(topic, value=f"open-{i}".encode(), partition=i % 2)
+    assert first.flush(CALL_TIMEOUT) == 0
+    b.restart()
+    second = producer(b, tid)
+    second.init_transactions(CALL_TIMEOUT)
+    later = transaction(second, topic, "l", 3, commit=True)
+    got = read_all(b, topic, 2, len(committed) + len(later), "read_committed")
+    assert sorted(got) == sorted(committed + later)
+    everything = read_all(b, topic, 2, len(committed) + 6 + len(later), "read_uncommitted")
+    assert len(everything) == len(committed) + 6 + len(later)
