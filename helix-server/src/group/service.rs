@@ -32,7 +32,8 @@ use crate::clock::now_ms_unsigned;
 use crate::cluster::ClusterState;
 use crate::controller::placement;
 use crate::error::{HelixError, Result};
-use crate::replica::{Partition, internal};
+use crate::replica::Partition;
+use crate::replica::internal::{self, LeaderLoaded};
 use crate::topics::{Opened, ReplicaFactory, Topic, TopicPartition};
 
 /// Kafka's name of the internal topic holding group records.
@@ -198,7 +199,7 @@ impl GroupService {
             {
                 service.load(index, &partition)?;
             }
-            tokio::spawn(coordinate(
+            tokio::spawn(internal::follow_leadership(
                 Arc::downgrade(&service),
                 index,
                 partition.clone(),
@@ -323,38 +324,6 @@ impl GroupService {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Rebuilds a partition's view from its acknowledged log and serves it
-    /// at the replica's current term.
-    fn load(&self, id: CoordinatorPartition, partition: &Partition) -> Result<()> {
-        let now = now_ms_unsigned();
-        let epoch = partition.leadership().term.0;
-        let mut host = self.lock();
-        host.coordinator.begin_load(id);
-        let end = partition.high_watermark().0;
-        let records = internal::for_each_value(partition, 0, end, |offset, value| {
-            if let Err(error) = host.coordinator.replay(id, &value, now) {
-                tracing::warn!(partition = %id, offset, %error, "skipping a coordinator record");
-            }
-            Ok(())
-        });
-        if let Err(e) = records {
-            host.coordinator.unload(id);
-            self.drain(&mut host);
-            return Err(e);
-        }
-        host.coordinator.finish_load(id, epoch, now);
-        self.drain(&mut host);
-        tracing::info!(partition = %id, epoch, end, "coordinating the partition's groups");
-        Ok(())
-    }
-
-    fn unload(&self, id: CoordinatorPartition) {
-        let mut host = self.lock();
-        host.coordinator.unload(id);
-        self.drain(&mut host);
-        tracing::info!(partition = %id, "no longer coordinating the partition's groups");
-    }
-
     /// Delivers the coordinator's output: replies to their waiting
     /// requests, proposals to their partitions' queues.
     fn drain(&self, host: &mut Host) {
@@ -394,51 +363,39 @@ fn internal_topic_id() -> uuid::Uuid {
     uuid::Uuid::from_u128(u128::from(COORDINATOR_RAFT_GROUPS) << 64 | 1)
 }
 
-/// Follows one coordinator partition's leadership: loads it when this node
-/// leads and its log is acknowledged up to where it was at election,
-/// unloads it when leadership goes.
-async fn coordinate(
-    service: Weak<GroupService>,
-    id: CoordinatorPartition,
-    partition: Arc<Partition>,
-) {
-    let mut leadership = partition.watch_leadership();
-    let mut loaded_term = {
-        let l = partition.leadership();
-        (l.role == Role::Leader && partition.high_watermark() >= partition.log_end_offset())
-            .then_some(l.term)
-    };
-    loop {
-        let l = *leadership.borrow_and_update();
-        let leads = l.role == Role::Leader;
-        if leads && loaded_term != Some(l.term) {
-            let end = partition.log_end_offset();
-            let mut hw = partition.watch_high_watermark();
-            let caught_up = tokio::select! {
-                r = hw.wait_for(|h| *h >= end) => r.is_ok(),
-                _ = leadership.changed() => false,
-            };
-            let still = partition.leadership();
-            if caught_up && still.role == Role::Leader && still.term == l.term {
-                let Some(s) = service.upgrade() else { return };
-                match s.load(id, &partition) {
-                    Ok(()) => loaded_term = Some(l.term),
-                    Err(e) => {
-                        tracing::error!(partition = %id, error = %e, "loading coordinator partition failed; retrying");
-                        drop(s);
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
+impl LeaderLoaded for GroupService {
+    type Id = CoordinatorPartition;
+
+    /// Rebuilds a partition's view from its acknowledged log and serves it
+    /// at the replica's current term.
+    fn load(&self, id: CoordinatorPartition, partition: &Partition) -> Result<()> {
+        let now = now_ms_unsigned();
+        let epoch = partition.leadership().term.0;
+        let mut host = self.lock();
+        host.coordinator.begin_load(id);
+        let end = partition.high_watermark().0;
+        let records = internal::for_each_value(partition, 0, end, |offset, value| {
+            if let Err(error) = host.coordinator.replay(id, &value, now) {
+                tracing::warn!(partition = %id, offset, %error, "skipping a coordinator record");
             }
-            continue;
+            Ok(())
+        });
+        if let Err(e) = records {
+            host.coordinator.unload(id);
+            self.drain(&mut host);
+            return Err(e);
         }
-        if !leads && loaded_term.take().is_some() {
-            let Some(s) = service.upgrade() else { return };
-            s.unload(id);
-        }
-        if leadership.changed().await.is_err() {
-            return;
-        }
+        host.coordinator.finish_load(id, epoch, now);
+        self.drain(&mut host);
+        tracing::info!(partition = %id, epoch, end, "coordinating the partition's groups");
+        Ok(())
+    }
+
+    fn unload(&self, id: CoordinatorPartition) {
+        let mut host = self.lock();
+        host.coordinator.unload(id);
+        self.drain(&mut host);
+        tracing::info!(partition = %id, "no longer coordinating the partition's groups");
     }
 }
 

@@ -2,11 +2,16 @@
 //! the controller (group 0) and the group coordinator's partitions. Each
 //! entry is one record (its value) in a v2 batch with no producer id, made
 //! durable through the ordinary produce path (batcher, Raft, acks=all), and
-//! read back in log order up to the high watermark.
+//! read back in log order up to the high watermark. A service that serves
+//! such partitions while it leads them follows their leadership with
+//! [`follow_leadership`].
 
+use std::fmt::Display;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use helix_raft::Role;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -111,4 +116,64 @@ pub fn for_each_value(
         }
     }
     Ok(next)
+}
+
+/// A service that serves a state machine from the internal partitions it
+/// leads (the group and transaction coordinators).
+pub trait LeaderLoaded: Send + Sync + 'static {
+    /// The service's name for one of its partitions.
+    type Id: Copy + Display + Send + 'static;
+    /// Rebuilds the partition's view from its acknowledged log and serves it.
+    fn load(&self, id: Self::Id, partition: &Partition) -> Result<()>;
+    /// Stops serving the partition (its leadership went).
+    fn unload(&self, id: Self::Id);
+}
+
+/// Follows one internal partition's leadership: loads it when this node
+/// leads and its log is acknowledged up to where it was at election (the
+/// new term's no-op), unloads it when leadership goes. Ends with the
+/// service or the partition.
+pub async fn follow_leadership<S: LeaderLoaded>(
+    service: Weak<S>,
+    id: S::Id,
+    partition: Arc<Partition>,
+) {
+    let mut leadership = partition.watch_leadership();
+    let mut loaded_term = {
+        let l = partition.leadership();
+        (l.role == Role::Leader && partition.high_watermark() >= partition.log_end_offset())
+            .then_some(l.term)
+    };
+    loop {
+        let l = *leadership.borrow_and_update();
+        let leads = l.role == Role::Leader;
+        if leads && loaded_term != Some(l.term) {
+            let end = partition.log_end_offset();
+            let mut hw = partition.watch_high_watermark();
+            let caught_up = tokio::select! {
+                r = hw.wait_for(|h| *h >= end) => r.is_ok(),
+                _ = leadership.changed() => false,
+            };
+            let still = partition.leadership();
+            if caught_up && still.role == Role::Leader && still.term == l.term {
+                let Some(s) = service.upgrade() else { return };
+                match s.load(id, &partition) {
+                    Ok(()) => loaded_term = Some(l.term),
+                    Err(e) => {
+                        tracing::error!(partition = %id, error = %e, "loading an internal partition failed; retrying");
+                        drop(s);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+            continue;
+        }
+        if !leads && loaded_term.take().is_some() {
+            let Some(s) = service.upgrade() else { return };
+            s.unload(id);
+        }
+        if leadership.changed().await.is_err() {
+            return;
+        }
+    }
 }

@@ -11,7 +11,7 @@
 //! as in Kafka; a partition's view changes only when its records are
 //! acknowledged, and `replay` rebuilds it from the log after a failover.
 //! docs/adr/0026-transactions-design.md ("Step 1 as built") records the
-//! design. [`service`] hosts it in the broker and [`wire`] translates
+//! design. [`service`] hosts it in the broker, [`markers`] writes its markers and [`wire`] translates
 //! Kafka's requests ("Step 3 as built").
 
 // Parts of the coordinator are not served yet (AddOffsetsToTxn, the views
@@ -22,6 +22,7 @@ mod coordinator;
 mod end;
 mod error;
 mod init;
+mod markers;
 mod metadata;
 mod ongoing;
 mod record;

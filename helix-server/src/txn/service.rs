@@ -1,7 +1,8 @@
 //! The transaction coordinator's host inside the broker, the shape of
-//! `group::service` (a parallel host, not shared code: the two
-//! coordinators differ in their inputs, and the group host's snapshot
-//! compaction has no counterpart here yet). It owns the [`Coordinator`]
+//! `group::service` (both follow their partitions' leadership with
+//! `replica::internal::follow_leadership`; their proposal queues differ:
+//! the group host's compacts with snapshots, which has no counterpart here
+//! yet). It owns the [`Coordinator`]
 //! behind a mutex (never held across an await), supplies producer ids from
 //! the controller's blocks, turns proposals into records appended to the
 //! `__transaction_state` partitions (acks=all, the path of Produce),
@@ -15,12 +16,7 @@
 //! acknowledged it replays the log, serves, and asks again for the markers
 //! of every transaction found in a Prepare state.
 //!
-//! Markers are written to the local leader replica of each data partition
-//! (`Partition::write_marker`), retried on NOT_LEADER with a backoff. A
-//! data partition led by another node cannot be reached yet (there is no
-//! peer call for it): its markers are retried and logged, and the
-//! transaction stays in its Prepare state until this node leads it (issue
-//! 32, the cluster step).
+//! Markers are written by `txn::markers`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
@@ -32,20 +28,20 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::coordinator::Coordinator;
 use super::error::TxnError;
+use super::markers::MarkerHost;
 use super::request::{AddPartitions, EndTxn, InitProducerId, TxnRequest};
 use super::response::{Answer, MarkerWrite, Proposal, Reply};
 use super::types::{ProducerIdAndEpoch, ProposalId, RequestToken, StatePartition, TopicPartition};
 use crate::budget::Backpressure;
-use crate::clock::{now_ms, now_ms_unsigned};
+use crate::clock::now_ms_unsigned;
 use crate::cluster::ClusterState;
 use crate::config::TxnConfig;
 use crate::controller::placement;
 use crate::controller::producer_ids::ProducerIds;
 use crate::error::{HelixError, Result};
-use crate::group::service::GROUPS_TOPIC;
 use crate::group::wire::NodeAddress;
-use crate::replica::markers::Marker;
-use crate::replica::{Partition, internal};
+use crate::replica::Partition;
+use crate::replica::internal::{self, LeaderLoaded};
 use crate::topics::{self, Opened, ReplicaFactory, Topic, TopicTable};
 
 /// Kafka's name of the internal topic holding transaction records.
@@ -61,12 +57,6 @@ const STATE_SEGMENT_BYTES: u64 = 64 << 20;
 /// bytes; `__consumer_offsets` has "HELIXG", topic partitions take theirs
 /// from random topic ids).
 const STATE_RAFT_GROUPS: u64 = 0x4845_4c49_5854_0000;
-/// First and longest wait between two attempts at a partition's marker.
-const MARKER_BACKOFF_MIN: Duration = Duration::from_millis(20);
-const MARKER_BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// Attempts at a marker between two warnings about it.
-const MARKER_WARN_EVERY: u32 = 50;
-
 /// Refuses to open a data dir whose `__transaction_state` partitions were
 /// created with another count: transactional ids would hash elsewhere and
 /// their transactions would silently vanish. The count is kept in
@@ -207,7 +197,7 @@ impl TxnService {
             {
                 service.load(index, &partition)?;
             }
-            tokio::spawn(coordinate(
+            tokio::spawn(internal::follow_leadership(
                 Arc::downgrade(&service),
                 index,
                 partition.clone(),
@@ -389,6 +379,100 @@ impl TxnService {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Delivers the coordinator's output: replies to their waiting
+    /// requests, proposals to their partitions' queues, marker writes to
+    /// tasks of their own.
+    fn drain(&self, host: &mut Host) {
+        loop {
+            let ready = host.coordinator.take_ready();
+            if ready.is_empty() {
+                return;
+            }
+            for reply in ready.replies {
+                if let Some(waiting) = host.waiting.remove(&reply.token) {
+                    let _ = waiting.send(reply);
+                }
+            }
+            for proposal in ready.proposals {
+                let id = proposal.id;
+                let queue = self.proposers.get(&proposal.partition.0);
+                if queue.is_none_or(|q| q.send(proposal).is_err()) {
+                    host.coordinator.on_proposal_failed(id);
+                }
+            }
+            for markers in ready.markers {
+                tokio::spawn(super::markers::write_markers(self.me.clone(), markers));
+            }
+        }
+    }
+
+    fn settle(&self, id: ProposalId, acknowledged: bool) {
+        let mut host = self.lock();
+        if acknowledged {
+            host.coordinator.on_acknowledged(id);
+        } else {
+            host.coordinator.on_proposal_failed(id);
+        }
+        self.drain(&mut host);
+    }
+}
+
+/// An answer of another kind than the request's: a bug in the coordinator,
+/// answered as Kafka answers an IllegalStateException.
+fn unexpected(answer: Answer) -> TxnError {
+    tracing::error!(
+        ?answer,
+        "the transaction coordinator answered another kind of request"
+    );
+    TxnError::IllegalTransition {
+        from: super::state::TxnState::Empty,
+        to: super::state::TxnState::Empty,
+    }
+}
+
+/// The id `__transaction_state` shows in Metadata: the same on every node.
+fn internal_topic_id() -> uuid::Uuid {
+    uuid::Uuid::from_u128(u128::from(STATE_RAFT_GROUPS) << 64 | 1)
+}
+
+impl MarkerHost for TxnService {
+    fn markers_written(&self, markers: &MarkerWrite) {
+        let mut host = self.lock();
+        host.coordinator.on_markers_written(
+            markers.partition,
+            &markers.transactional_id,
+            markers.producer_id,
+            markers.epoch,
+            now_ms_unsigned(),
+        );
+        self.drain(&mut host);
+    }
+
+    /// Whether this node still coordinates `partition` at `epoch` (its
+    /// local replica leads in that term): markers of a deposed coordinator
+    /// stop.
+    fn still_coordinates(&self, partition: StatePartition, epoch: i32) -> bool {
+        self.partitions
+            .get(partition.0 as usize)
+            .and_then(|p| p.local.as_ref())
+            .is_some_and(|p| {
+                let l = p.leadership();
+                l.role == Role::Leader && i32::try_from(l.term.0).unwrap_or(i32::MAX) == epoch
+            })
+    }
+
+    fn data_partition(&self, tp: &TopicPartition) -> Option<Option<Arc<Partition>>> {
+        let topic = self.topics.get(&tp.topic)?;
+        if tp.partition < 0 || tp.partition as usize >= topic.partitions.len() {
+            return None;
+        }
+        Some(topic.local(tp.partition).ok().cloned())
+    }
+}
+
+impl LeaderLoaded for TxnService {
+    type Id = StatePartition;
+
     /// Rebuilds a partition's view from its acknowledged log and serves it
     /// at the replica's current term (the coordinator epoch markers carry).
     fn load(&self, id: StatePartition, partition: &Partition) -> Result<()> {
@@ -419,246 +503,6 @@ impl TxnService {
         host.coordinator.unload(id);
         self.drain(&mut host);
         tracing::info!(partition = %id, "no longer coordinating the partition's transactions");
-    }
-
-    /// Delivers the coordinator's output: replies to their waiting
-    /// requests, proposals to their partitions' queues, marker writes to
-    /// tasks of their own.
-    fn drain(&self, host: &mut Host) {
-        loop {
-            let ready = host.coordinator.take_ready();
-            if ready.is_empty() {
-                return;
-            }
-            for reply in ready.replies {
-                if let Some(waiting) = host.waiting.remove(&reply.token) {
-                    let _ = waiting.send(reply);
-                }
-            }
-            for proposal in ready.proposals {
-                let id = proposal.id;
-                let queue = self.proposers.get(&proposal.partition.0);
-                if queue.is_none_or(|q| q.send(proposal).is_err()) {
-                    host.coordinator.on_proposal_failed(id);
-                }
-            }
-            for markers in ready.markers {
-                tokio::spawn(write_markers(self.me.clone(), markers));
-            }
-        }
-    }
-
-    fn settle(&self, id: ProposalId, acknowledged: bool) {
-        let mut host = self.lock();
-        if acknowledged {
-            host.coordinator.on_acknowledged(id);
-        } else {
-            host.coordinator.on_proposal_failed(id);
-        }
-        self.drain(&mut host);
-    }
-
-    fn markers_written(&self, markers: &MarkerWrite) {
-        let mut host = self.lock();
-        host.coordinator.on_markers_written(
-            markers.partition,
-            &markers.transactional_id,
-            markers.producer_id,
-            markers.epoch,
-            now_ms_unsigned(),
-        );
-        self.drain(&mut host);
-    }
-
-    /// Whether this node still coordinates `partition` at `epoch` (its
-    /// local replica leads in that term): markers of a deposed coordinator
-    /// stop.
-    fn still_coordinates(&self, partition: StatePartition, epoch: i32) -> bool {
-        self.partitions
-            .get(partition.0 as usize)
-            .and_then(|p| p.local.as_ref())
-            .is_some_and(|p| {
-                let l = p.leadership();
-                l.role == Role::Leader && i32::try_from(l.term.0).unwrap_or(i32::MAX) == epoch
-            })
-    }
-}
-
-/// An answer of another kind than the request's: a bug in the coordinator,
-/// answered as Kafka answers an IllegalStateException.
-fn unexpected(answer: Answer) -> TxnError {
-    tracing::error!(
-        ?answer,
-        "the transaction coordinator answered another kind of request"
-    );
-    TxnError::IllegalTransition {
-        from: super::state::TxnState::Empty,
-        to: super::state::TxnState::Empty,
-    }
-}
-
-/// The id `__transaction_state` shows in Metadata: the same on every node.
-fn internal_topic_id() -> uuid::Uuid {
-    uuid::Uuid::from_u128(u128::from(STATE_RAFT_GROUPS) << 64 | 1)
-}
-
-/// What became of one partition's marker.
-enum MarkerOutcome {
-    /// In the log (or needs no writing: the topic or partition is gone, or a
-    /// newer epoch of the producer already ended its transaction).
-    Done,
-    /// A newer coordinator wrote markers for this producer: this one stops.
-    Fenced,
-}
-
-/// Writes one transaction's markers to every partition, in parallel, then
-/// reports them written so the coordinator completes the transaction.
-async fn write_markers(service: Weak<TxnService>, markers: MarkerWrite) {
-    let marker = Marker {
-        producer_id: markers.producer_id,
-        producer_epoch: markers.epoch,
-        commit: markers.commit,
-        coordinator_epoch: markers.coordinator_epoch,
-        timestamp: now_ms(),
-    };
-    let writes = markers.partitions.iter().map(|tp| {
-        write_marker(
-            service.clone(),
-            markers.partition,
-            markers.coordinator_epoch,
-            tp.clone(),
-            marker,
-        )
-    });
-    let outcomes = futures_join_all(writes).await;
-    let Some(outcomes) = outcomes else {
-        return;
-    };
-    if outcomes.iter().any(|o| matches!(o, MarkerOutcome::Fenced)) {
-        tracing::warn!(transactional_id = %markers.transactional_id,
-            "a newer transaction coordinator wrote markers for this producer; stopping");
-        return;
-    }
-    if let Some(s) = service.upgrade() {
-        s.markers_written(&markers);
-    }
-}
-
-/// Runs the writes concurrently; `None` when one gave up because this node
-/// stopped coordinating (or the service is gone).
-async fn futures_join_all<F>(writes: impl Iterator<Item = F>) -> Option<Vec<MarkerOutcome>>
-where
-    F: std::future::Future<Output = Option<MarkerOutcome>> + Send + 'static,
-{
-    let handles: Vec<_> = writes.map(tokio::spawn).collect();
-    let mut outcomes = Vec::with_capacity(handles.len());
-    for h in handles {
-        outcomes.push(h.await.ok()??);
-    }
-    Some(outcomes)
-}
-
-/// Writes one marker to the local leader of `tp`, retrying while it is not
-/// the leader; `None` when this node no longer coordinates the transaction.
-async fn write_marker(
-    service: Weak<TxnService>,
-    partition: StatePartition,
-    coordinator_epoch: i32,
-    tp: TopicPartition,
-    marker: Marker,
-) -> Option<MarkerOutcome> {
-    if tp.topic == GROUPS_TOPIC {
-        // AddOffsetsToTxn is not served, so no transaction holds a group
-        // partition; should one appear, the group coordinator cannot read
-        // control batches yet.
-        tracing::error!(
-            partition = tp.partition,
-            "a transaction holds a __consumer_offsets partition: marker not written"
-        );
-        return Some(MarkerOutcome::Done);
-    }
-    let mut backoff = MARKER_BACKOFF_MIN;
-    let mut attempts: u32 = 0;
-    loop {
-        let replica = {
-            let s = service.upgrade()?;
-            if !s.still_coordinates(partition, coordinator_epoch) {
-                return None;
-            }
-            let Some(topic) = s.topics.get(&tp.topic) else {
-                // Deleted: nothing to end there (Kafka skips it too).
-                return Some(MarkerOutcome::Done);
-            };
-            if tp.partition < 0 || tp.partition as usize >= topic.partitions.len() {
-                return Some(MarkerOutcome::Done);
-            }
-            topic.local(tp.partition).ok().cloned()
-        };
-        let outcome = match &replica {
-            Some(p) => p.write_marker(marker).await,
-            None => Err(HelixError::NotLeader),
-        };
-        match outcome {
-            Ok(_) => return Some(MarkerOutcome::Done),
-            // A newer epoch of the producer ended the transaction already.
-            Err(HelixError::InvalidProducerEpoch) => return Some(MarkerOutcome::Done),
-            Err(HelixError::TransactionCoordinatorFenced) => return Some(MarkerOutcome::Fenced),
-            Err(error) => {
-                attempts += 1;
-                if attempts % MARKER_WARN_EVERY == 1 {
-                    let remote = replica.is_none();
-                    tracing::warn!(topic = %tp.topic, partition = tp.partition, %error, attempts, remote,
-                        "transaction marker not written yet; retrying (a partition led by another \
-                         node cannot be reached yet: issue 32's cluster step)");
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MARKER_BACKOFF_MAX);
-            }
-        }
-    }
-}
-
-/// Follows one partition's leadership: loads it when this node leads and
-/// its log is acknowledged up to where it was at election, unloads it when
-/// leadership goes.
-async fn coordinate(service: Weak<TxnService>, id: StatePartition, partition: Arc<Partition>) {
-    let mut leadership = partition.watch_leadership();
-    let mut loaded_term = {
-        let l = partition.leadership();
-        (l.role == Role::Leader && partition.high_watermark() >= partition.log_end_offset())
-            .then_some(l.term)
-    };
-    loop {
-        let l = *leadership.borrow_and_update();
-        let leads = l.role == Role::Leader;
-        if leads && loaded_term != Some(l.term) {
-            let end = partition.log_end_offset();
-            let mut hw = partition.watch_high_watermark();
-            let caught_up = tokio::select! {
-                r = hw.wait_for(|h| *h >= end) => r.is_ok(),
-                _ = leadership.changed() => false,
-            };
-            let still = partition.leadership();
-            if caught_up && still.role == Role::Leader && still.term == l.term {
-                let Some(s) = service.upgrade() else { return };
-                match s.load(id, &partition) {
-                    Ok(()) => loaded_term = Some(l.term),
-                    Err(e) => {
-                        tracing::error!(partition = %id, error = %e, "loading a __transaction_state partition failed; retrying");
-                        drop(s);
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
-            }
-            continue;
-        }
-        if !leads && loaded_term.take().is_some() {
-            let Some(s) = service.upgrade() else { return };
-            s.unload(id);
-        }
-        if leadership.changed().await.is_err() {
-            return;
-        }
     }
 }
 
