@@ -45,6 +45,26 @@ pub fn internal(members: &[NodeId], rf: usize, count: usize) -> Vec<Vec<NodeId>>
         .collect()
 }
 
+/// Kafka's placement of a key on an internal topic of `partitions`
+/// partitions: `Utils.abs(key.hashCode) % partitions`, with Java's
+/// `String.hashCode` over UTF-16 code units. Both `__transaction_state`
+/// (transactional ids) and `__consumer_offsets` (group ids, for
+/// AddOffsetsToTxn) use it, so Kafka's tools find the same partition. It is
+/// part of the durable layout: changing it moves ids between partitions.
+pub fn kafka_partition_for(key: &str, partitions: u32) -> u32 {
+    let mut hash: i32 = 0;
+    for unit in key.encode_utf16() {
+        hash = hash.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    // Utils.abs: i32::MIN maps to 0 rather than overflowing.
+    let positive = if hash == i32::MIN {
+        0
+    } else {
+        hash.unsigned_abs()
+    };
+    positive % partitions.max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

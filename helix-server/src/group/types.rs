@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::controller::placement::kafka_partition_for;
+
 /// The host's handle for one request whose response may be deferred. The
 /// coordinator returns it in a [`super::Reply`]; it never interprets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -40,22 +42,12 @@ pub struct ClientInfo {
     pub client_host: String,
 }
 
-/// Maps a group id to its coordinator partition. Java's `String.hashCode`
-/// over UTF-16 code units, as Kafka's `__consumer_offsets` placement does, so
+/// Maps a group id to its coordinator partition: Kafka's rule
+/// ([`kafka_partition_for`]), as Kafka's `__consumer_offsets` placement does, so
 /// the spread of real group names matches what operators know. It is part of
 /// the durable layout: changing it moves groups between partitions.
 pub fn coordinator_partition_for(group_id: &str, partitions: u32) -> CoordinatorPartition {
-    let mut hash: i32 = 0;
-    for unit in group_id.encode_utf16() {
-        hash = hash.wrapping_mul(31).wrapping_add(i32::from(unit));
-    }
-    // Kafka's Utils.abs: i32::MIN maps to 0 rather than overflowing.
-    let positive = if hash == i32::MIN {
-        0
-    } else {
-        hash.unsigned_abs()
-    };
-    CoordinatorPartition(positive % partitions.max(1))
+    CoordinatorPartition(kafka_partition_for(group_id, partitions))
 }
 
 #[cfg(test)]
