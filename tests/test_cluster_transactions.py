@@ -197,3 +197,27 @@ def test_markers_reach_a_partition_whose_leader_was_killed(cluster3, topic):
     wait_in_sync(cluster3, topic)
     got = read_all(Reads(cluster3), topic, PARTITIONS, len(committed), "read_committed", timeout=90)
     assert sorted(got) == sorted(committed)
+
+
+def test_a_transaction_left_open_is_aborted_after_its_timeout(tmp_path, topic):
+    """A producer opens a transaction and goes silent: the coordinator
+    aborts it once `transaction.timeout.ms` has passed (looked for every
+    500 ms here), so it stops holding back read_committed readers of
+    another producer's later commit; its records are never read as
+    committed, and its own commit afterwards fails."""
+    c = HelixCluster(tmp_path, 3, args=FAST + [
+        "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "500"]).start()
+    try:
+        setup(c, topic)
+        silent = Producer({**clients.RDKAFKA, "bootstrap.servers": c.bootstrap,
+                           "transactional.id": f"silent-{topic}", "transaction.timeout.ms": 3000})
+        silent.init_transactions(CALL_TIMEOUT)
+        left_open = write(silent, topic, "open")
+        other = transactional(c, f"other-{topic}")
+        committed = write(other, topic, "later")
+        other.commit_transaction(CALL_TIMEOUT)
+        assert_reads(c, topic, committed, left_open)
+        with pytest.raises(KafkaException):
+            silent.commit_transaction(CALL_TIMEOUT)
+    finally:
+        c.stop()
