@@ -9,7 +9,11 @@ confluent-kafka's transactional producer left open.
 hanging (Kafka 3.9.1 prints only its header then: with KIP-890's
 verification a single node cannot be made to hang one); `abort` of a
 transaction whose producer was killed writes the abort marker, so a
-read_committed consumer gets past it and never sees its records."""
+read_committed consumer gets past it and never sees its records.
+
+Both tests pass against Apache Kafka 3.9.1 too (HELIX_TEST_KAFKA_LIBS at the
+jars of org.apache.kafka:kafka_2.13:3.9.1, e.g.
+`javalibs.maven_libs("kafka_2.13", "3.9.1")`): Helix answers as Kafka does."""
 
 from __future__ import annotations
 
