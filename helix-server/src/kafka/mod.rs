@@ -22,7 +22,7 @@ pub mod segmented;
 pub mod topics;
 
 #[cfg(test)]
-mod producer_state_tests;
+pub(crate) mod producer_state_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 

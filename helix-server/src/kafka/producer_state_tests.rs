@@ -22,7 +22,12 @@ fn txn_id() -> TransactionalId {
     TransactionalId(StrBytes::from_static_str(TXN_ID))
 }
 
-async fn call<R: Decodable>(b: &Arc<Broker>, key: ApiKey, version: i16, body: RequestKind) -> R {
+pub(crate) async fn call<R: Decodable>(
+    b: &Arc<Broker>,
+    key: ApiKey,
+    version: i16,
+    body: RequestKind,
+) -> R {
     let mut out = roundtrip(b, key, version, &body).await;
     R::decode(&mut out, version).expect("decode")
 }
@@ -73,7 +78,7 @@ async fn open_transaction(b: &Arc<Broker>) -> (i64, i16) {
     (pid, epoch)
 }
 
-fn marker(pid: i64, epoch: i16, coordinator_epoch: i32, topic: &str) -> RequestKind {
+pub(crate) fn marker(pid: i64, epoch: i16, coordinator_epoch: i32, topic: &str) -> RequestKind {
     WriteTxnMarkersRequest::default()
         .with_markers(vec![
             write_txn_markers_request::WritableTxnMarker::default()
@@ -90,12 +95,12 @@ fn marker(pid: i64, epoch: i16, coordinator_epoch: i32, topic: &str) -> RequestK
         .into()
 }
 
-async fn write_marker(b: &Arc<Broker>, m: RequestKind) -> i16 {
+pub(crate) async fn write_marker(b: &Arc<Broker>, m: RequestKind) -> i16 {
     let resp: WriteTxnMarkersResponse = call(b, ApiKey::WriteTxnMarkers, 1, m).await;
     resp.markers[0].topics[0].partitions[0].error_code
 }
 
-async fn producers(
+pub(crate) async fn producers(
     b: &Arc<Broker>,
     topic: &str,
     partitions: Vec<i32>,
