@@ -5,8 +5,8 @@
 
 use super::ProducerTable;
 
-/// Kafka's "no sequence" and "no timestamp" (`RecordBatch.NO_SEQUENCE`,
-/// `NO_TIMESTAMP`): a producer known only from a marker has neither.
+/// Kafka's "no sequence" (`RecordBatch.NO_SEQUENCE`): a producer known
+/// only from a marker has none.
 const NO_SEQUENCE: i32 = -1;
 
 /// One producer of the partition, as of the last entry the replica applied.
@@ -25,7 +25,9 @@ pub struct ActiveProducer {
 }
 
 impl ProducerTable {
-    /// Every producer not expired, by producer id.
+    /// Every producer not expired, by producer id: at most
+    /// [`super::MAX_PRODUCERS`] (the table's own bound), so one answer
+    /// stays a few hundred KB.
     pub fn active(&self) -> Vec<ActiveProducer> {
         let mut out: Vec<ActiveProducer> = self
             .producers
