@@ -22,13 +22,14 @@ use kafka_protocol::protocol::Decodable;
 use super::context::{Administering, Partitions, Producing, Routing};
 use super::segmented::{self, Frame, encode};
 use super::{
-    api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce, records,
-    topics,
+    api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce,
+    producer_state, records, topics,
 };
 use crate::broker::Broker;
 use crate::error::Result;
 use crate::group::service::GroupService;
 use crate::group::wire::KEY_TYPE_TRANSACTION;
+use crate::txn::tooling;
 use crate::txn::wire as txn;
 
 /// A response still being computed: resolves to the encoded frame, or
@@ -278,6 +279,20 @@ async fn route(
         RequestKind::EndTxn(req) => {
             r.answer(async move { ResponseKind::EndTxn(txn::end_txn(&b.txn, req, v).await) })
         }
+        RequestKind::DescribeTransactions(req) => r.answer(async move {
+            ResponseKind::DescribeTransactions(tooling::describe_transactions(&b.txn, req))
+        }),
+        RequestKind::ListTransactions(req) => r.answer(async move {
+            ResponseKind::ListTransactions(tooling::list_transactions(&b.txn, req))
+        }),
+        RequestKind::DescribeProducers(req) => r.answer(async move {
+            ResponseKind::DescribeProducers(
+                producer_state::describe_producers(&b.topics, req).await,
+            )
+        }),
+        RequestKind::WriteTxnMarkers(req) => r.answer(async move {
+            ResponseKind::WriteTxnMarkers(producer_state::write_txn_markers(&b.topics, req).await)
+        }),
         RequestKind::DescribeCluster(req) => r.answer(async move {
             ResponseKind::DescribeCluster(describe_cluster::describe(Routing::of(&b), req, v))
         }),

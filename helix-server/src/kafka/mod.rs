@@ -16,10 +16,13 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_commit;
 pub mod produce;
+pub mod producer_state;
 pub mod records;
 pub mod segmented;
 pub mod topics;
 
+#[cfg(test)]
+pub(crate) mod producer_state_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 

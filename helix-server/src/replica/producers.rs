@@ -499,6 +499,9 @@ fn next_seq(s: i32) -> i32 {
     if s == i32::MAX { 0 } else { s + 1 }
 }
 
+mod active;
 #[cfg(test)]
 mod tests;
 mod txn;
+
+pub use active::ActiveProducer;

@@ -12,10 +12,11 @@
 //! acknowledged, and `replay` rebuilds it from the log after a failover.
 //! docs/adr/0026-transactions-design.md ("Step 1 as built") records the
 //! design. [`service`] hosts it in the broker, [`markers`] writes its markers and [`wire`] translates
-//! Kafka's requests ("Step 3 as built").
+//! Kafka's requests ("Step 3 as built"); [`tooling`] answers what
+//! `kafka-transactions.sh` asks the coordinator ("Operator tooling as
+//! built").
 
-// Parts of the coordinator are not served yet (AddOffsetsToTxn, the views
-// for DescribeTransactions / ListTransactions).
+// Parts of the coordinator are not served yet (AddOffsetsToTxn).
 #![allow(dead_code)]
 
 mod coordinator;
@@ -31,7 +32,9 @@ mod request;
 mod response;
 pub mod service;
 mod state;
+pub mod tooling;
 mod types;
+mod views;
 pub mod wire;
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ use super::peer;
 use super::request::{AddPartitions, EndTxn, InitProducerId, TxnRequest};
 use super::response::{Answer, MarkerWrite, Proposal, Reply};
 use super::types::{ProducerIdAndEpoch, ProposalId, RequestToken, StatePartition, TopicPartition};
+use super::views::{ListFilter, TxnDescription, TxnListing};
 use crate::budget::Backpressure;
 use crate::clock::now_ms_unsigned;
 use crate::cluster::ClusterState;
@@ -380,6 +381,21 @@ impl TxnService {
             Answer::VerifyPartitions(Err(e)) => Err(e),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// DescribeTransactions for one transactional id, from the
+    /// acknowledged view (no effects).
+    pub fn describe(
+        &self,
+        transactional_id: &str,
+    ) -> std::result::Result<TxnDescription, TxnError> {
+        self.lock().coordinator.describe(transactional_id)
+    }
+
+    /// ListTransactions over the `__transaction_state` partitions this node
+    /// leads, from the acknowledged view (no effects).
+    pub fn list(&self, filter: &ListFilter) -> std::result::Result<Vec<TxnListing>, TxnError> {
+        self.lock().coordinator.list(filter, now_ms_unsigned())
     }
 
     /// Hands one request to the coordinator and waits for its answer.

@@ -67,6 +67,12 @@ impl TxnState {
         }
     }
 
+    /// The state DescribeTransactions and ListTransactions call `name`
+    /// (Kafka's `TransactionState.fromName`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|state| state.name() == name)
+    }
+
     /// The states this one may be entered from (Kafka's
     /// `validPreviousStates`).
     pub fn valid_previous(self) -> &'static [TxnState] {

@@ -46,6 +46,7 @@ pub fn advertised() -> impl Iterator<Item = (ApiKey, i16, i16)> {
         (ApiKey::EndTxn, END_TXN_VERSIONS.0, END_TXN_VERSIONS.1),
     ]
     .into_iter()
+    .chain(super::tooling::advertised())
 }
 
 /// The advertised range of `key`, if the transaction service serves it.
