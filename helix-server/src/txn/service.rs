@@ -525,11 +525,19 @@ impl MarkerHost for TxnService {
 
     /// Through the local replica when it leads (or no leader is known and it
     /// may be elected here), else through the leader's node.
+    ///
+    /// A partition this node does not know is gone only once its topic
+    /// table is current: right after a restart it may not know the topic
+    /// yet, and skipping the marker then would leave the transaction open
+    /// on that partition for ever.
     fn route(&self, tp: &TopicPartition) -> Option<Route> {
-        let topic = self.topics.get(&tp.topic)?;
-        let p = usize::try_from(tp.partition)
-            .ok()
-            .and_then(|i| topic.partitions.get(i))?;
+        let found = self.topics.get(&tp.topic).and_then(|topic| {
+            let index = usize::try_from(tp.partition).ok()?;
+            topic.partitions.get(index).cloned()
+        });
+        let Some(p) = found else {
+            return (!self.topics.current()).then_some(Route::Unknown);
+        };
         if let Some(local) = &p.local
             && local.leadership().role == Role::Leader
         {
