@@ -187,6 +187,7 @@ impl Broker {
             &backpressure,
             &topics,
             &producer_ids,
+            &groups,
         )
         .await?;
         topics.insert(txn.internal_topic());

@@ -41,6 +41,8 @@ pub enum GroupError {
     OffsetMetadataTooLarge,
     #[error("a field is out of its allowed range")]
     InvalidRequest,
+    #[error("a transaction holds an offset of the partition pending")]
+    UnstableOffsetCommit,
     #[error("record truncated: needed {needed} bytes, {left} left")]
     RecordTruncated { needed: usize, left: usize },
     #[error("record entry checksum mismatch")]
@@ -76,6 +78,7 @@ impl GroupError {
             GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
             GroupError::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
             GroupError::InvalidRequest => ResponseError::InvalidRequest,
+            GroupError::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
             GroupError::RecordTruncated { .. }
             | GroupError::RecordChecksum
             | GroupError::RecordVersion(_)

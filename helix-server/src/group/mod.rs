@@ -23,6 +23,7 @@ mod record;
 mod response;
 pub mod service;
 mod sync;
+mod txn_offsets;
 mod types;
 mod versions;
 pub mod wire;
@@ -39,6 +40,7 @@ use {
     coordinator::{Coordinator, GroupRequest},
     record::{GroupRecord, Record, encode_entry},
     response::{GroupResponse, Proposal},
+    txn_offsets::LoggedEntry,
     types::{ClientInfo, CoordinatorPartition, RequestToken},
     versions::SUPPORTED_VERSIONS,
 };

@@ -71,6 +71,7 @@ pub fn classify(kind: RequestKind) -> Result<GroupCall, Box<RequestKind>> {
         RequestKind::DescribeGroups(r) => GroupRequest::DescribeGroups(r),
         RequestKind::DeleteGroups(r) => GroupRequest::DeleteGroups(r),
         RequestKind::OffsetDelete(r) => GroupRequest::OffsetDelete(r),
+        RequestKind::TxnOffsetCommit(r) => GroupRequest::TxnOffsetCommit(r),
         RequestKind::FindCoordinator(r) => return Ok(GroupCall::FindCoordinator(r)),
         other => return Err(Box::new(other)),
     };
@@ -90,6 +91,7 @@ impl GroupResponse {
             GroupResponse::DescribeGroups(r) => ResponseKind::DescribeGroups(r),
             GroupResponse::DeleteGroups(r) => ResponseKind::DeleteGroups(r),
             GroupResponse::OffsetDelete(r) => ResponseKind::OffsetDelete(r),
+            GroupResponse::TxnOffsetCommit(r) => ResponseKind::TxnOffsetCommit(r),
         }
     }
 }

@@ -14,7 +14,6 @@ use super::response::MarkerWrite;
 use super::types::{StatePartition, TopicPartition};
 use crate::clock::now_ms;
 use crate::error::HelixError;
-use crate::group::service::GROUPS_TOPIC;
 use crate::replica::Partition;
 use crate::replica::markers::Marker;
 
@@ -28,8 +27,10 @@ const MARKER_WARN_EVERY: u32 = 50;
 pub(super) trait MarkerHost: Send + Sync + 'static {
     /// Whether this node still coordinates `partition` at `epoch`.
     fn still_coordinates(&self, partition: StatePartition, epoch: i32) -> bool;
-    /// The data partition `tp`: `None` when its topic or partition is gone,
-    /// `Some(None)` when no replica of it is on this node.
+    /// The data partition `tp` (a `__consumer_offsets` partition is the
+    /// group service's, which reads its markers back): `None` when its
+    /// topic or partition is gone, `Some(None)` when no replica of it is
+    /// on this node.
     fn data_partition(&self, tp: &TopicPartition) -> Option<Option<Arc<Partition>>>;
     /// Every marker of `markers` is written.
     fn markers_written(&self, markers: &MarkerWrite);
@@ -100,16 +101,6 @@ async fn write_marker<H: MarkerHost>(
     tp: TopicPartition,
     marker: Marker,
 ) -> Option<MarkerOutcome> {
-    if tp.topic == GROUPS_TOPIC {
-        // AddOffsetsToTxn is not served, so no transaction holds a group
-        // partition; should one appear, the group coordinator cannot read
-        // control batches yet.
-        tracing::error!(
-            partition = tp.partition,
-            "a transaction holds a __consumer_offsets partition: marker not written"
-        );
-        return Some(MarkerOutcome::Done);
-    }
     let mut backoff = MARKER_BACKOFF_MIN;
     let mut attempts: u32 = 0;
     loop {

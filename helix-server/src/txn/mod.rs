@@ -11,11 +11,15 @@
 //! as in Kafka; a partition's view changes only when its records are
 //! acknowledged, and `replay` rebuilds it from the log after a failover.
 //! docs/adr/0026-transactions-design.md ("Step 1 as built") records the
-//! design. [`service`] hosts it in the broker, [`markers`] writes its markers and [`wire`] translates
-//! Kafka's requests ("Step 3 as built").
+//! design. [`service`] hosts it in the broker, [`markers`] writes its
+//! markers and [`wire`] translates Kafka's requests ("Step 3 as built").
+//! Offsets in a transaction ("Offsets in transactions as built"): the
+//! group's `__consumer_offsets` partition joins it (AddOffsetsToTxn), the
+//! group coordinator holds the TxnOffsetCommit's offsets pending, and the
+//! markers written there end them.
 
-// Parts of the coordinator are not served yet (AddOffsetsToTxn, the views
-// for DescribeTransactions / ListTransactions).
+// Parts of the coordinator are not served yet (the views for
+// DescribeTransactions / ListTransactions).
 #![allow(dead_code)]
 
 mod coordinator;

@@ -16,7 +16,10 @@
 //! acknowledged it replays the log, serves, and asks again for the markers
 //! of every transaction found in a Prepare state.
 //!
-//! Markers are written by `txn::markers`.
+//! Markers are written by `txn::markers`; a transaction's
+//! `__consumer_offsets` partition (AddOffsetsToTxn) is the group service's
+//! replica, which this service is given at open (the group service knows
+//! nothing of transactions).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
@@ -29,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::coordinator::Coordinator;
 use super::error::TxnError;
 use super::markers::MarkerHost;
-use super::request::{AddPartitions, EndTxn, InitProducerId, TxnRequest};
+use super::request::{AddOffsets, AddPartitions, EndTxn, InitProducerId, TxnRequest};
 use super::response::{Answer, MarkerWrite, Proposal, Reply};
 use super::types::{ProducerIdAndEpoch, ProposalId, RequestToken, StatePartition, TopicPartition};
 use crate::budget::Backpressure;
@@ -39,6 +42,7 @@ use crate::config::TxnConfig;
 use crate::controller::placement;
 use crate::controller::producer_ids::ProducerIds;
 use crate::error::{HelixError, Result};
+use crate::group::service::{GROUPS_TOPIC, GroupService};
 use crate::group::wire::NodeAddress;
 use crate::replica::Partition;
 use crate::replica::internal::{self, LeaderLoaded};
@@ -106,6 +110,9 @@ pub struct TxnService {
     /// Where markers are written (the data partitions' local replicas).
     topics: Arc<TopicTable>,
     producer_ids: Arc<ProducerIds>,
+    /// `__consumer_offsets`: its partition count (AddOffsetsToTxn) and the
+    /// replicas markers of offsets in transactions go to.
+    groups: Arc<GroupService>,
     state_partitions: u32,
     topic_id: uuid::Uuid,
     me: Weak<TxnService>,
@@ -121,6 +128,7 @@ impl TxnService {
         backpressure: &Backpressure,
         topics: &Arc<TopicTable>,
         producer_ids: &Arc<ProducerIds>,
+        groups: &Arc<GroupService>,
     ) -> Result<Arc<TxnService>> {
         let config: TxnConfig = factory.config.transactions.clone();
         let data_dir = factory.config.data_dir.clone();
@@ -186,6 +194,7 @@ impl TxnService {
             cluster: cluster.clone(),
             topics: topics.clone(),
             producer_ids: producer_ids.clone(),
+            groups: groups.clone(),
             state_partitions: count,
             topic_id: internal_topic_id(),
             me: me.clone(),
@@ -294,6 +303,28 @@ impl TxnService {
     ) -> std::result::Result<(), TxnError> {
         match self.call(TxnRequest::AddPartitions(request)).await {
             Answer::AddPartitions(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// AddOffsetsToTxn: the `__consumer_offsets` partition of `group_id`
+    /// joins the transaction (answered once durable).
+    pub async fn add_offsets(
+        &self,
+        transactional_id: String,
+        producer_id: i64,
+        epoch: i16,
+        group_id: String,
+    ) -> std::result::Result<(), TxnError> {
+        let request = TxnRequest::AddOffsets(AddOffsets {
+            transactional_id,
+            producer_id,
+            epoch,
+            group_id,
+            offsets_partitions: self.groups.offsets_partitions(),
+        });
+        match self.call(request).await {
+            Answer::AddOffsets(result) => result,
             other => Err(unexpected(other)),
         }
     }
@@ -462,6 +493,9 @@ impl MarkerHost for TxnService {
     }
 
     fn data_partition(&self, tp: &TopicPartition) -> Option<Option<Arc<Partition>>> {
+        if tp.topic == GROUPS_TOPIC {
+            return self.groups.offsets_replica(tp.partition);
+        }
         let topic = self.topics.get(&tp.topic)?;
         if tp.partition < 0 || tp.partition as usize >= topic.partitions.len() {
             return None;
