@@ -13,8 +13,8 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer,
-                             TopicPartition)
+from confluent_kafka import (OFFSET_BEGINNING, OFFSET_INVALID, Consumer, KafkaError,
+                             KafkaException, Producer, TopicPartition)
 
 import clients
 
@@ -187,16 +187,15 @@ def committed_offsets(broker, group: str, topic: str, partitions: int) -> dict[i
         c.close()
 
 
-def test_send_offsets_to_transaction_commits_and_aborts_with_the_transaction(broker, topic):
-    """Consume-transform-produce: the consumer's offsets are sent to the
-    transaction. After its commit the group's committed offsets are the ones
-    sent; after an abort they are unchanged; read_committed output holds the
-    committed transaction's records only."""
+def transform_consumer(broker, topic: str, records: int) -> tuple[str, str, str, Consumer]:
+    """A source topic holding `records` plain records over 2 partitions, an
+    empty sink topic, and a read_committed consumer of a new group
+    subscribed to the source: (source, sink, group, consumer)."""
     source, sink = f"{topic}-in", f"{topic}-out"
     clients.create_topic(broker.bootstrap, source, 2)
     clients.create_topic(broker.bootstrap, sink, 2)
     plain = Producer({**clients.RDKAFKA, "bootstrap.servers": broker.bootstrap})
-    for i in range(20):
+    for i in range(records):
         plain.produce(source, value=f"in-{i}".encode(), partition=i % 2)
     assert plain.flush(CALL_TIMEOUT) == 0
     group = f"ctp-{uuid.uuid4().hex[:8]}"
@@ -205,33 +204,49 @@ def test_send_offsets_to_transaction_commits_and_aborts_with_the_transaction(bro
         "group.id": group, "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
     })
+    c.subscribe([source])
+    return source, sink, group, c
+
+
+def transform(p: Producer, c: Consumer, sink: str, records: list,
+              end: bool | None) -> tuple[list[str], dict[int, int]]:
+    """One transaction of the loop: the records transformed into `sink`
+    and the consumer's positions sent to the transaction; then commit
+    (True), abort (False) or leave it open (None). Returns the values
+    written and the offsets sent."""
+    p.begin_transaction()
+    out = [f"t-{m.value().decode()}" for m in records]
+    for m, v in zip(records, out):
+        p.produce(sink, value=v.encode(), partition=m.partition())
+    positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
+    # The consumer's group metadata carries its member id and generation:
+    # TxnOffsetCommit v3's checks (KIP-447).
+    p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), CALL_TIMEOUT)
+    if end is True:
+        p.commit_transaction(CALL_TIMEOUT)
+    elif end is False:
+        p.abort_transaction(CALL_TIMEOUT)
+    else:
+        assert p.flush(CALL_TIMEOUT) == 0
+    return out, {tp.partition: tp.offset for tp in positions}
+
+
+def test_send_offsets_to_transaction_commits_and_aborts_with_the_transaction(broker, topic):
+    """Consume-transform-produce: the consumer's offsets are sent to the
+    transaction. After its commit the group's committed offsets are the ones
+    sent; after an abort they are unchanged; read_committed output holds the
+    committed transaction's records only."""
+    source, sink, group, c = transform_consumer(broker, topic, 20)
     p = producer(broker, f"tx-{topic}")
     try:
-        c.subscribe([source])
         p.init_transactions(CALL_TIMEOUT)
-
-        def transform(records: list, commit: bool) -> tuple[list[str], dict[int, int]]:
-            p.begin_transaction()
-            out = [f"t-{m.value().decode()}" for m in records]
-            for m, v in zip(records, out):
-                p.produce(sink, value=v.encode(), partition=m.partition())
-            positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
-            # The consumer's group metadata carries its member id and
-            # generation: TxnOffsetCommit v3's checks (KIP-447).
-            p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), CALL_TIMEOUT)
-            if commit:
-                p.commit_transaction(CALL_TIMEOUT)
-            else:
-                p.abort_transaction(CALL_TIMEOUT)
-            return out, {tp.partition: tp.offset for tp in positions}
-
-        committed_out, sent = transform(consume_n(c, 12), commit=True)
+        committed_out, sent = transform(p, c, sink, consume_n(c, 12), end=True)
         assert sent, "the consumer holds no position"
         after_commit = committed_offsets(broker, group, source, 2)
         assert {part: after_commit[part] for part in sent} == sent
         assert sum(sent.values()) == 12
 
-        _, aborted_sent = transform(consume_n(c, 8), commit=False)
+        _, aborted_sent = transform(p, c, sink, consume_n(c, 8), end=False)
         assert aborted_sent != sent
         assert committed_offsets(broker, group, source, 2) == after_commit
 
@@ -239,3 +254,32 @@ def test_send_offsets_to_transaction_commits_and_aborts_with_the_transaction(bro
         assert sorted(got) == sorted(committed_out)
     finally:
         c.close()
+
+
+@pytest.mark.managed
+def test_offsets_in_transactions_are_replayed_after_kill9(fresh_broker, topic):
+    """The group coordinator replays __consumer_offsets after kill -9:
+    committed transactional offsets stay committed, and offsets left pending
+    by a transaction open at the crash are dropped when the next producer
+    with the same id aborts it (its marker reaches the replayed group)."""
+    b = fresh_broker
+    source, sink, group, c = transform_consumer(b, topic, 20)
+    tid = f"tx-{topic}"
+    first = producer(b, tid)
+    try:
+        first.init_transactions(CALL_TIMEOUT)
+        _, sent = transform(first, c, sink, consume_n(c, 12), end=True)
+        _, open_sent = transform(first, c, sink, consume_n(c, 8), end=None)
+        assert open_sent != sent
+    finally:
+        c.close()
+    b.restart()
+    # Until the open transaction ends its offsets are pending: a fetch
+    # with require_stable (committed()) would wait. The next producer's
+    # InitProducerId aborts it.
+    second = producer(b, tid)
+    second.init_transactions(CALL_TIMEOUT)
+    after = committed_offsets(b, group, source, 2)
+    assert {part: after[part] for part in sent} == sent
+    for part in open_sent:
+        assert after[part] == sent.get(part, OFFSET_INVALID), "the aborted offsets are not committed"
