@@ -332,8 +332,12 @@ impl ClassicGroup {
             }
             Record::Group(stored) => self.stored = Some(stored.clone()),
             Record::GroupTombstone { .. } => {
+                // A deleted group's open transactions lose their offsets
+                // with it (Kafka's group removal); their markers then end
+                // nothing. Retention never deletes a group holding any.
                 self.stored = None;
                 self.offsets.clear();
+                self.pending_txn.clear();
             }
         }
     }

@@ -128,8 +128,7 @@ impl HostedPartition {
         group.apply(record);
         let forgotten = matches!(record, Record::GroupTombstone { .. })
             && group.members.is_empty()
-            && group.pending_members.is_empty()
-            && group.pending_txn.is_empty();
+            && group.pending_members.is_empty();
         if forgotten {
             self.groups.remove(name);
         }

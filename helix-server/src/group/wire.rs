@@ -58,6 +58,12 @@ pub fn range(key: ApiKey) -> Option<(i16, i16)> {
         .map(|(_, min, max)| (min, max))
 }
 
+/// A TxnOffsetCommit as a group call (the dispatch checks its topics and
+/// its transaction first).
+pub fn txn_offset_commit(request: kafka_protocol::messages::TxnOffsetCommitRequest) -> GroupCall {
+    GroupCall::Coordinator(GroupRequest::TxnOffsetCommit(request))
+}
+
 /// Sorts a decoded request: a group call, or back to the caller.
 pub fn classify(kind: RequestKind) -> Result<GroupCall, Box<RequestKind>> {
     let request = match kind {

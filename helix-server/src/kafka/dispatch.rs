@@ -379,8 +379,7 @@ fn txn_offset_commit(
             let resp = TxnOffsetCommitResponse::default().with_topics(topics);
             return r.respond(ResponseKind::TxnOffsetCommit(resp));
         }
-        let call = crate::group::wire::classify(RequestKind::TxnOffsetCommit(req))
-            .map_err(|_| crate::error::HelixError::CorruptState("TxnOffsetCommit".into()))?;
+        let call = crate::group::wire::txn_offset_commit(req);
         let mut answer = b.groups.call(call, r.version, client_id, host).await?;
         if let ResponseKind::TxnOffsetCommit(resp) = &mut answer {
             resp.topics.extend(unknown);

@@ -261,3 +261,32 @@ fn no_snapshot_is_taken_while_offsets_are_pending() {
     assert!(h.snapshots.len() > before, "a snapshot follows the marker");
     assert_eq!(fetch(&mut h, "g", true), (10, 0));
 }
+
+#[test]
+fn a_deleted_group_loses_its_pending_offsets_and_the_marker_ends_nothing() {
+    let mut h = Harness::new(config());
+    let partition = partition_of(&h, "g");
+    h.commit("g", "", -1, "t", 0, 1);
+    h.txn_commit(3, "g", P, "", -1, "t", 0, 10);
+    let deleted = h.delete_groups(&["g"]);
+    assert_eq!(h.delete_codes(deleted), vec![0]);
+    h.marker(partition, P, true);
+    assert_eq!(fetch(&mut h, "g", true), (-1, 0));
+    assert_eq!(view(&replayed(&h)), view(&h.coordinator));
+}
+
+#[test]
+fn retention_keeps_a_group_whose_transaction_holds_offsets() {
+    let config = GroupConfig {
+        offsets_retention_ms: 10,
+        offsets_retention_check_interval_ms: 10,
+        ..config()
+    };
+    let mut h = Harness::new(config);
+    let partition = partition_of(&h, "g");
+    h.txn_commit(3, "g", P, "", -1, "t", 0, 10);
+    h.advance(1_000);
+    h.advance(1_000);
+    h.marker(partition, P, true);
+    assert_eq!(fetch(&mut h, "g", true), (10, 0));
+}
