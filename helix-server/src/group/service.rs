@@ -332,26 +332,9 @@ impl GroupService {
         };
         let now = now_ms_unsigned();
         let read = internal::for_each_entry(&partition, from, limit, |offset, entry| {
-            let applied = match &entry {
-                InternalEntry::Value { value, producer } => host.coordinator.apply_logged(
-                    index,
-                    offset,
-                    LoggedEntry::Records {
-                        entry: value,
-                        producer: producer.map(|p| p.producer_id),
-                    },
-                    now,
-                ),
-                InternalEntry::Marker(m) => host.coordinator.apply_logged(
-                    index,
-                    offset,
-                    LoggedEntry::Marker {
-                        producer_id: m.producer_id,
-                        commit: m.commit,
-                    },
-                    now,
-                ),
-            };
+            let applied = host
+                .coordinator
+                .apply_logged(index, offset, logged(&entry), now);
             if let Err(error) = applied {
                 tracing::warn!(partition = %index, offset, %error, "skipping a coordinator entry");
             }
@@ -458,6 +441,21 @@ impl GroupService {
     }
 }
 
+/// An entry read back from a coordinator partition, as the coordinator
+/// takes it.
+fn logged(entry: &InternalEntry) -> LoggedEntry<'_> {
+    match entry {
+        InternalEntry::Value { value, producer } => LoggedEntry::Records {
+            entry: value,
+            producer: producer.map(|p| p.producer_id),
+        },
+        InternalEntry::Marker(m) => LoggedEntry::Marker {
+            producer_id: m.producer_id,
+            commit: m.commit,
+        },
+    }
+}
+
 /// The id `__consumer_offsets` shows in Metadata: the same on every node.
 fn internal_topic_id() -> uuid::Uuid {
     uuid::Uuid::from_u128(u128::from(COORDINATOR_RAFT_GROUPS) << 64 | 1)
@@ -475,17 +473,8 @@ impl LeaderLoaded for GroupService {
         host.coordinator.begin_load(id);
         let end = partition.high_watermark().0;
         let records = internal::for_each_entry(partition, 0, end, |offset, entry| {
-            let logged = match &entry {
-                InternalEntry::Value { value, producer } => LoggedEntry::Records {
-                    entry: value,
-                    producer: producer.map(|p| p.producer_id),
-                },
-                InternalEntry::Marker(m) => LoggedEntry::Marker {
-                    producer_id: m.producer_id,
-                    commit: m.commit,
-                },
-            };
-            if let Err(error) = host.coordinator.replay_at(id, offset, logged, now) {
+            let replayed = host.coordinator.replay_at(id, offset, logged(&entry), now);
+            if let Err(error) = replayed {
                 tracing::warn!(partition = %id, offset, %error, "skipping a coordinator record");
             }
             Ok(())
