@@ -22,6 +22,8 @@ pub mod topics;
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod txn_offsets_tests;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
