@@ -3,7 +3,8 @@
 //! AddOffsetsToTxn puts the group's partition in the transaction, its
 //! offsets are pending (UNSTABLE_OFFSET_COMMIT with require_stable) until
 //! EndTxn's marker reaches `__consumer_offsets`, and an unknown topic's
-//! partition is answered UNKNOWN_TOPIC_OR_PARTITION.
+//! partition is answered UNKNOWN_TOPIC_OR_PARTITION. Both APIs at every
+//! advertised version (0-4).
 
 use std::time::Duration;
 
@@ -85,13 +86,20 @@ async fn transactional_offsets_are_pending_until_the_commit_marker() {
         .with_producer_id(producer)
         .with_producer_epoch(epoch)
         .with_group_id(GroupId(s("g-o")));
-    let mut out = roundtrip(&b, ApiKey::AddOffsetsToTxn, 3, &add.into()).await;
-    let added = AddOffsetsToTxnResponse::decode(&mut out, 3).expect("decode");
-    assert_eq!(added.error_code, 0);
-
-    let mut out = roundtrip(&b, ApiKey::TxnOffsetCommit, 3, &commit.into()).await;
-    let accepted = TxnOffsetCommitResponse::decode(&mut out, 3).expect("decode");
-    assert_eq!(codes(&accepted), vec![0]);
+    // Every version; after the first the partition is in already (NONE).
+    for version in 0..=4 {
+        let body = add.clone().into();
+        let mut out = roundtrip(&b, ApiKey::AddOffsetsToTxn, version, &body).await;
+        let added = AddOffsetsToTxnResponse::decode(&mut out, version).expect("decode");
+        assert_eq!(added.error_code, 0, "AddOffsetsToTxn v{version}");
+    }
+    // Every version; a retry is no error.
+    for version in 0..=4 {
+        let body = commit.clone().into();
+        let mut out = roundtrip(&b, ApiKey::TxnOffsetCommit, version, &body).await;
+        let accepted = TxnOffsetCommitResponse::decode(&mut out, version).expect("decode");
+        assert_eq!(codes(&accepted), vec![0], "TxnOffsetCommit v{version}");
+    }
     let unknown = txn_commit(producer, epoch, "no-such-topic");
     let mut out = roundtrip(&b, ApiKey::TxnOffsetCommit, 3, &unknown.into()).await;
     let unknown = TxnOffsetCommitResponse::decode(&mut out, 3).expect("decode");
