@@ -355,13 +355,15 @@ impl Coordinator {
     /// The proposal will never be acknowledged (leadership lost, log
     /// truncated): nothing is applied and its waiters are answered.
     pub fn on_proposal_failed(&mut self, id: ProposalId, now_ms: u64) {
+        self.on_proposal_refused(id, GroupError::NotCoordinator, now_ms);
+    }
+
+    /// [`Self::on_proposal_failed`] with the partition leader's reason,
+    /// answered as is (a TxnOffsetCommit of a fenced epoch is
+    /// INVALID_PRODUCER_EPOCH, as Kafka answers its append error).
+    pub fn on_proposal_refused(&mut self, id: ProposalId, error: GroupError, now_ms: u64) {
         if let Some(flight) = self.in_flight.remove(&id) {
-            self.settle(
-                flight.partition,
-                flight.waiter,
-                Err(GroupError::NotCoordinator),
-                now_ms,
-            );
+            self.settle(flight.partition, flight.waiter, Err(error), now_ms);
         }
     }
 

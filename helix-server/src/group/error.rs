@@ -43,6 +43,8 @@ pub enum GroupError {
     InvalidRequest,
     #[error("a transaction holds an offset of the partition pending")]
     UnstableOffsetCommit,
+    #[error("the transactional producer's epoch is older than the partition's")]
+    InvalidProducerEpoch,
     #[error("record truncated: needed {needed} bytes, {left} left")]
     RecordTruncated { needed: usize, left: usize },
     #[error("record entry checksum mismatch")]
@@ -79,6 +81,7 @@ impl GroupError {
             GroupError::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
             GroupError::InvalidRequest => ResponseError::InvalidRequest,
             GroupError::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
+            GroupError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
             GroupError::RecordTruncated { .. }
             | GroupError::RecordChecksum
             | GroupError::RecordVersion(_)

@@ -38,6 +38,7 @@ pub use crate::config::GroupConfig;
 #[cfg(test)]
 use {
     coordinator::{Coordinator, GroupRequest},
+    error::GroupError,
     record::{GroupRecord, Record, encode_entry},
     response::{GroupResponse, Proposal},
     txn_offsets::LoggedEntry,

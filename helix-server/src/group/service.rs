@@ -31,6 +31,7 @@ use kafka_protocol::messages::ResponseKind;
 use tokio::sync::{mpsc, oneshot};
 
 use super::coordinator::Coordinator;
+use super::error::GroupError;
 use super::response::{Proposal, Reply};
 use super::txn_offsets::LoggedEntry;
 use super::types::{ClientInfo, CoordinatorPartition, ProposalId, RequestToken};
@@ -429,15 +430,28 @@ impl GroupService {
         self.catch_up(&mut host, index, offset);
     }
 
-    fn settle(&self, id: ProposalId, acknowledged: Option<i64>) {
+    fn settle(&self, id: ProposalId, outcome: std::result::Result<i64, GroupError>) {
         let mut host = self.lock();
-        if let Some(offset) = acknowledged {
-            host.coordinator
-                .on_appended(id, Some(offset), now_ms_unsigned());
-        } else {
-            host.coordinator.on_proposal_failed(id, now_ms_unsigned());
+        match outcome {
+            Ok(offset) => host
+                .coordinator
+                .on_appended(id, Some(offset), now_ms_unsigned()),
+            Err(error) => host
+                .coordinator
+                .on_proposal_refused(id, error, now_ms_unsigned()),
         }
         self.drain(&mut host);
+    }
+}
+
+/// What the coordinator answers for an entry its partition's leader
+/// refused: a transactional entry of a fenced epoch (a newer one of the
+/// producer reached the partition after the verification) is
+/// INVALID_PRODUCER_EPOCH; any other failure NOT_COORDINATOR, as before.
+fn refusal(error: &HelixError) -> GroupError {
+    match error {
+        HelixError::InvalidProducerEpoch => GroupError::InvalidProducerEpoch,
+        _ => GroupError::NotCoordinator,
     }
 }
 
@@ -517,13 +531,15 @@ async fn propose(
     let log = partition.clone();
     tokio::spawn(async move {
         while let Some((id, compacts, waiting)) = done_rx.recv().await {
-            let acknowledged = match waiting {
+            let outcome = match waiting {
                 Some(rx) => match rx.await {
-                    Ok(Ok(ack)) => Some(ack.base_offset),
-                    _ => None,
+                    Ok(Ok(ack)) => Ok(ack.base_offset),
+                    Ok(Err(error)) => Err(refusal(&error)),
+                    Err(_) => Err(GroupError::NotCoordinator),
                 },
-                None => None,
+                None => Err(GroupError::NotCoordinator),
             };
+            let acknowledged = outcome.as_ref().ok().copied();
             let Some(service) = reporter.upgrade() else {
                 return;
             };
@@ -540,7 +556,7 @@ async fn propose(
             let Some(service) = reporter.upgrade() else {
                 return;
             };
-            service.settle(id, acknowledged.map(|o| o.0));
+            service.settle(id, outcome.map(|o| o.0));
         }
     });
     while let Some(proposal) = proposals.recv().await {

@@ -290,3 +290,20 @@ fn retention_keeps_a_group_whose_transaction_holds_offsets() {
     h.marker(partition, P, true);
     assert_eq!(fetch(&mut h, "g", true), (10, 0));
 }
+
+#[test]
+fn an_entry_the_leader_refuses_for_its_epoch_is_answered_so_and_leaves_nothing_pending() {
+    let mut h = Harness::new(config());
+    h.hold = true;
+    let token = h.txn_commit(3, "g", P, "", -1, "t", 0, 10);
+    let proposal = h.held.pop().expect("the offsets are proposed");
+    assert_eq!(proposal.producer.map(|p| p.producer_id), Some(P));
+    h.coordinator.on_proposal_refused(
+        proposal.id,
+        crate::group::GroupError::InvalidProducerEpoch,
+        h.now,
+    );
+    h.pump();
+    assert_eq!(codes(&h, token), vec![47]);
+    assert_eq!(fetch(&mut h, "g", true), (-1, 0));
+}
