@@ -15,7 +15,7 @@ use std::sync::Arc;
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
     ApiKey, FetchRequest, OffsetCommitRequest, OffsetCommitResponse, RequestHeader, RequestKind,
-    ResponseKind,
+    ResponseKind, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::Decodable;
 
@@ -276,6 +276,10 @@ async fn route(
                 txn::add_partitions_to_txn(&b.txn, &b.topics, req, v).await,
             )
         }),
+        RequestKind::AddOffsetsToTxn(req) => r.answer(async move {
+            ResponseKind::AddOffsetsToTxn(txn::add_offsets_to_txn(&b.txn, req, v).await)
+        }),
+        RequestKind::TxnOffsetCommit(req) => txn_offset_commit(&b, r, req, peer)?,
         RequestKind::EndTxn(req) => {
             r.answer(async move { ResponseKind::EndTxn(txn::end_txn(&b.txn, req, v).await) })
         }
@@ -350,6 +354,49 @@ fn offset_commit(
     Ok(Box::pin(async move {
         let mut answer = groups.call(call, r.version, client_id, host).await?;
         if let ResponseKind::OffsetCommit(resp) = &mut answer {
+            resp.topics.extend(unknown);
+        }
+        r.respond(answer)
+    }))
+}
+
+/// TxnOffsetCommit: partitions of unknown topics are answered here; the
+/// transaction coordinator confirms the group's partition is in the
+/// producer's transaction; the rest goes to the group coordinator.
+fn txn_offset_commit(
+    b: &Arc<Broker>,
+    r: Request,
+    mut req: TxnOffsetCommitRequest,
+    peer: Option<std::net::IpAddr>,
+) -> std::result::Result<PendingResponse, Close> {
+    let unknown = super::offset_commit::take_unknown_txn(&b.topics, &mut req);
+    let client_id = r.client_id();
+    let host = crate::group::wire::client_host(peer);
+    let b = b.clone();
+    Ok(Box::pin(async move {
+        if req.topics.is_empty() {
+            let resp = TxnOffsetCommitResponse::default().with_topics(unknown);
+            return r.respond(ResponseKind::TxnOffsetCommit(resp));
+        }
+        let verified = txn::verify_txn_offsets(
+            &b.txn,
+            &b.groups,
+            &req.transactional_id.0,
+            req.producer_id.0,
+            req.producer_epoch,
+            &req.group_id.0,
+            r.version,
+        )
+        .await;
+        if let Err(code) = verified {
+            let mut topics = super::offset_commit::txn_all_failed(&req, code);
+            topics.extend(unknown);
+            let resp = TxnOffsetCommitResponse::default().with_topics(topics);
+            return r.respond(ResponseKind::TxnOffsetCommit(resp));
+        }
+        let call = crate::group::wire::txn_offset_commit(req);
+        let mut answer = b.groups.call(call, r.version, client_id, host).await?;
+        if let ResponseKind::TxnOffsetCommit(resp) = &mut answer {
             resp.topics.extend(unknown);
         }
         r.respond(answer)

@@ -25,6 +25,8 @@ pub mod topics;
 pub(crate) mod producer_state_tests;
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod txn_offsets_tests;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

@@ -3,7 +3,9 @@
 //! themselves, on a transactional id's metadata, are in `metadata.rs`.
 
 /// Kafka's transaction states, with the ids `__transaction_state` stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum TxnState {
     /// No transaction open (a new producer id or epoch).
     Empty,
