@@ -16,12 +16,16 @@ offset must move again (the next transaction's records are read)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
+import time
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 import clients
 import harness
+import javalibs
 import kwire
 from cluster_harness import HelixCluster
 from test_cluster_faults import FAST, create_topic, settled_leader, wait_in_sync
@@ -199,6 +203,97 @@ def test_markers_reach_a_partition_whose_leader_was_killed(cluster3, topic):
     assert sorted(got) == sorted(committed)
 
 
+class Copier:
+    """One HelixEosCopy process (tests/java), its progress read as it goes."""
+
+    def __init__(self, cp: str, cluster: HelixCluster, args: list[str]):
+        self.copied = 0
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
+             "HelixEosCopy", cluster.bootstrap, *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            if line.startswith("progress "):
+                self.copied = int(line.split()[1])
+
+    def wait_progress(self, at_least: int, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.copied < at_least:
+            assert self.proc.poll() is None, f"the copier exited early:\n" + "\n".join(self.lines[-40:])
+            assert time.monotonic() < deadline, (
+                f"the copier copied {self.copied} of {at_least} in {timeout} s:\n"
+                + "\n".join(self.lines[-40:]))
+            time.sleep(0.05)
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def finish(self, timeout: float = 300.0) -> int:
+        rc = self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return rc
+
+
+def test_java_read_process_write_is_exactly_once_while_nodes_and_the_copier_are_killed(
+        cluster3, topic):
+    """Issue 32's Java test: a read-process-write copier (Java kafka-clients
+    3.9.1, sendOffsetsToTransaction) copies a fixed input while the test
+    kills -9, in turn, the transaction coordinator's node, an output
+    partition's leader, and the copier itself (a new one with the same
+    transactional id takes over). The output holds every input record
+    exactly once and the group's committed offsets are the input's end."""
+    libs = javalibs.maven_libs("kafka-clients", "3.9.1")
+    cp = f"{javalibs.compiled(javalibs.JAVA_DIR / 'HelixEosCopy.java', libs)}:{libs}/*"
+    source, output = f"{topic}-in", f"{topic}-out"
+    for name in (source, output):
+        create_topic(cluster3.node(1).bootstrap, name, 3)
+    wait_in_sync(cluster3, source)
+    wait_in_sync(cluster3, output)
+    total = 3000
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": cluster3.bootstrap,
+                  "enable.idempotence": True, "acks": "all"})
+    values = [f"v-{i}" for i in range(total)]
+    for i, v in enumerate(values):
+        p.produce(source, value=v.encode(), partition=i % 3)
+    assert p.flush(60) == 0
+    group, tid = f"g-{topic}", f"copier-{topic}"
+    args = [source, output, group, tid, str(total)]
+    copier = Copier(cp, cluster3, args)
+    copier.wait_progress(300)
+    coordinator = coordinator_of(cluster3, tid)
+    cluster3.node(coordinator).kill9()
+    copier.wait_progress(900)
+    cluster3.node(coordinator).start()
+    out_leader = settled_leader(cluster3, output, 0)[0]
+    cluster3.node(out_leader).kill9()
+    copier.wait_progress(1500)
+    cluster3.node(out_leader).start()
+    copier.kill9()
+    copier = Copier(cp, cluster3, args)
+    rc = copier.finish()
+    assert rc == 0, "\n".join(copier.lines[-60:]) + "\n" + cluster3.logs()
+    assert any(line.startswith("HELIX-EOS OK") for line in copier.lines)
+    got = read_all(Reads(cluster3), output, 3, total, "read_committed", timeout=90)
+    duplicates = {v for v in got if got.count(v) > 1}
+    assert sorted(got) == sorted(values), (
+        f"{len(got)} read of {total}; duplicated {sorted(duplicates)[:10]}; "
+        f"missing {sorted(set(values) - set(got))[:10]}")
+    c = Consumer({**clients.RDKAFKA, "bootstrap.servers": cluster3.bootstrap, "group.id": group})
+    try:
+        committed = c.committed([TopicPartition(source, i) for i in range(3)], timeout=30)
+    finally:
+        c.close()
+    assert sum(tp.offset for tp in committed) == total, committed
+
+
 def test_a_transaction_left_open_is_aborted_after_its_timeout(tmp_path, topic):
     """A producer opens a transaction and goes silent: the coordinator
     aborts it once `transaction.timeout.ms` has passed (looked for every
@@ -221,3 +316,26 @@ def test_a_transaction_left_open_is_aborted_after_its_timeout(tmp_path, topic):
             silent.commit_transaction(CALL_TIMEOUT)
     finally:
         c.stop()
+
+
+def test_kill9_of_every_node_mid_transaction_neither_hangs_nor_loses_a_commit(cluster3, topic):
+    """Every node dies at once: one transaction open, another answered
+    committed an instant before (its markers possibly unwritten). After the
+    restart the coordinators replay `__transaction_state`: the committed one
+    completes (its records become readable), the open one is aborted by the
+    next producer with its id, and the LSO moves on to a later commit."""
+    setup(cluster3, topic)
+    a = transactional(cluster3, f"a-{topic}")
+    committed = write(a, topic, "a1")
+    a.commit_transaction(CALL_TIMEOUT)
+    left_open = write(a, topic, "a2")
+    b = transactional(cluster3, f"b-{topic}")
+    committed += write(b, topic, "b1")
+    b.commit_transaction(CALL_TIMEOUT)
+    cluster3.kill_all()
+    cluster3.start()
+    wait_in_sync(cluster3, topic)
+    again = transactional(cluster3, f"a-{topic}")
+    committed += write(again, topic, "a3")
+    again.commit_transaction(90)
+    assert_reads(cluster3, topic, committed, left_open)
