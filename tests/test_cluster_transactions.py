@@ -29,7 +29,7 @@ import javalibs
 import kwire
 from cluster_harness import HelixCluster
 from test_cluster_faults import FAST, create_topic, settled_leader, wait_in_sync
-from test_transactions import CALL_TIMEOUT, read_all
+from test_transactions import CALL_TIMEOUT, committed_offsets, consume_n, read_all, transform
 
 pytestmark = [pytest.mark.cluster, pytest.mark.managed,
               pytest.mark.skipif(harness.external_bootstrap() is not None
@@ -339,3 +339,38 @@ def test_kill9_of_every_node_mid_transaction_neither_hangs_nor_loses_a_commit(cl
     committed += write(again, topic, "a3")
     again.commit_transaction(90)
     assert_reads(cluster3, topic, committed, left_open)
+
+
+def test_send_offsets_to_transaction_commits_with_the_transaction_across_nodes(cluster3, topic):
+    """confluent-kafka's consume-transform-produce on 3 nodes: the group's
+    coordinator, the transaction's coordinator and the partitions' leaders
+    are wherever placement put them. After a commit the group's committed
+    offsets are the ones sent, after an abort unchanged, and read_committed
+    reads the committed transaction's records only."""
+    source, sink = f"{topic}-in", f"{topic}-out"
+    for name in (source, sink):
+        create_topic(cluster3.node(1).bootstrap, name, 2)
+        wait_in_sync(cluster3, name)
+    plain = Producer({**clients.RDKAFKA, "bootstrap.servers": cluster3.bootstrap, "acks": "all"})
+    for i in range(20):
+        plain.produce(source, value=f"in-{i}".encode(), partition=i % 2)
+    assert plain.flush(CALL_TIMEOUT) == 0
+    group = f"ctp-{topic}"
+    c = Consumer({**clients.RDKAFKA, "bootstrap.servers": cluster3.bootstrap, "group.id": group,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed"})
+    c.subscribe([source])
+    reads = Reads(cluster3)
+    try:
+        p = transactional(cluster3, f"tx-{topic}")
+        committed_out, sent = transform(p, c, sink, consume_n(c, 12), end=True)
+        assert sent and sum(sent.values()) == 12
+        after_commit = committed_offsets(reads, group, source, 2)
+        assert {part: after_commit[part] for part in sent} == sent
+        _, aborted_sent = transform(p, c, sink, consume_n(c, 8), end=False)
+        assert aborted_sent != sent
+        assert committed_offsets(reads, group, source, 2) == after_commit
+        got = read_all(reads, sink, 2, len(committed_out), "read_committed")
+        assert sorted(got) == sorted(committed_out)
+    finally:
+        c.close()
