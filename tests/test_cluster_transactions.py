@@ -374,3 +374,54 @@ def test_send_offsets_to_transaction_commits_with_the_transaction_across_nodes(c
         assert sorted(got) == sorted(committed_out)
     finally:
         c.close()
+
+
+def test_kafka_streams_exactly_once_v2_copies_exactly_once_while_a_broker_is_killed(cluster3, topic):
+    """Kafka Streams 3.9.1 (Maven Central) with processing.guarantee
+    exactly_once_v2, a stateless application (every input record to the
+    output: Streams' transactions, its offsets in them, read_committed)
+    while a broker is killed -9 and restarted. The output holds every input
+    record exactly once. (The issue's stateful count needs a compacted
+    changelog topic: issue 33.)"""
+    libs = javalibs.maven_libs("kafka-streams", "3.9.1")
+    cp = f"{javalibs.compiled(javalibs.JAVA_DIR / 'HelixStreamsCount.java', libs)}:{libs}/*"
+    source, output = f"{topic}-in", f"{topic}-out"
+    for name in (source, output):
+        create_topic(cluster3.node(1).bootstrap, name, 3)
+        wait_in_sync(cluster3, name)
+    total = 3000
+    values = [f"v-{i}" for i in range(total)]
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": cluster3.bootstrap,
+                  "enable.idempotence": True, "acks": "all"})
+    for i, v in enumerate(values[:total // 2]):
+        p.produce(source, key=f"k{i % 7}".encode(), value=v.encode())
+    assert p.flush(60) == 0
+    app = subprocess.Popen(
+        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
+         "HelixStreamsCount", cluster3.bootstrap, source, output, f"app-{topic}",
+         str(cluster3.workdir / "streams-state"), "150", "copy"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(line.rstrip() for line in app.stdout),
+                              daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 90
+        while "state RUNNING" not in lines:
+            assert app.poll() is None and time.monotonic() < deadline, "\n".join(lines[-40:])
+            time.sleep(0.1)
+        victim = settled_leader(cluster3, output, 0)[0]
+        cluster3.node(victim).kill9()
+        for i, v in enumerate(values[total // 2:], start=total // 2):
+            p.produce(source, key=f"k{i % 7}".encode(), value=v.encode())
+        assert p.flush(60) == 0
+        cluster3.node(victim).start()
+        got = read_all(Reads(cluster3), output, 3, total, "read_committed", timeout=120)
+        duplicates = {v for v in got if got.count(v) > 1}
+        assert sorted(got) == sorted(values), (
+            f"{len(got)} read of {total}; duplicated {sorted(duplicates)[:10]}; "
+            f"missing {sorted(set(values) - set(got))[:10]}\n" + "\n".join(lines[-40:]))
+        assert not any("HELIX-STREAMS ERROR" in line for line in lines), "\n".join(lines[-60:])
+    finally:
+        app.kill()
+        app.wait(timeout=30)
