@@ -49,6 +49,9 @@ pub struct PendingProduce {
     /// Whose it is and where it starts, kept after the batches are handed
     /// to the log: a refusal is remembered by it (`replica/refused.rs`).
     pub sender: Sender,
+    /// The verification guard its transactional batches were verified
+    /// under (`replica::verification`); `None`: not verified.
+    pub verified: Option<u64>,
 }
 
 /// The first batch's producer id (-1: not idempotent), epoch and base
@@ -99,7 +102,14 @@ impl PendingProduce {
             enqueued: Instant::now(),
             room,
             sender,
+            verified: None,
         }
+    }
+
+    /// Verified with the transaction coordinator under `guard`.
+    pub fn verified(mut self, guard: Option<u64>) -> PendingProduce {
+        self.verified = guard;
+        self
     }
 }
 

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use helix_raft::{GroupId, Role};
+use helix_raft::GroupId;
 use helix_wal::LogConfig;
 use kafka_protocol::messages::ResponseKind;
 use tokio::sync::{mpsc, oneshot};
@@ -205,7 +205,7 @@ impl GroupService {
             let index = CoordinatorPartition(partition.index as u32);
             // A partition this node already leads alone (a single node) is
             // loaded before the broker serves, as it always was.
-            if partition.leadership().role == Role::Leader
+            if partition.leadership().serving
                 && partition.high_watermark() >= partition.log_end_offset()
             {
                 service.load(index, &partition)?;

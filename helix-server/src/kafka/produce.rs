@@ -194,13 +194,14 @@ impl Admission<'_> {
         }
         // A replica was found, so the topic was.
         let t = topic.ok_or(HelixError::UnknownTopicOrPartition)?;
-        let transactional = match transactional_id {
+        let verified = match transactional_id {
             Some(id) => {
-                self.verify_transactional(id, &t.name, pd.index, &records)
+                self.verify_transactional(p, id, &t.name, pd.index, &records)
                     .await?
             }
-            None => false,
+            None => None,
         };
+        let transactional = verified.is_some();
         let batches = accept(
             &records,
             &t.effective,
@@ -233,35 +234,43 @@ impl Admission<'_> {
             let (tx, rx) = oneshot::channel();
             (Some(tx), Some(rx))
         };
-        p.produce(PendingProduce::new(
-            batches.into_iter().map(|b| b.bytes).collect(),
-            size,
-            self.acks,
-            reply,
-            room,
-        ))
+        p.produce(
+            PendingProduce::new(
+                batches.into_iter().map(|b| b.bytes).collect(),
+                size,
+                self.acks,
+                reply,
+                room,
+            )
+            .verified(verified),
+        )
         .await?;
         Ok(rx.map_or(Slot::Done(Ok(())), Slot::Waiting))
     }
 }
 
 impl Admission<'_> {
-    /// A request with a transactional id: whether its batch is
-    /// transactional, after the coordinator confirmed that the partition is
-    /// in the producer's ongoing transaction at the batch's epoch (KIP-890
-    /// part 1; a batch for a partition never added to the transaction
-    /// would be left open forever).
+    /// A request with a transactional id: if its batch is transactional,
+    /// the verification guard it was verified under, after the coordinator
+    /// confirmed that the partition is in the producer's ongoing
+    /// transaction at the batch's epoch (KIP-890 part 1; a batch for a
+    /// partition never added to the transaction would be left open for
+    /// ever). The guard is taken before the coordinator is asked: a marker
+    /// decided meanwhile ends it, and the batch is then refused
+    /// (`replica::verification`).
     async fn verify_transactional(
         &self,
+        replica: &crate::replica::Partition,
         transactional_id: &str,
         topic: &str,
         partition: i32,
         records: &bytes::Bytes,
-    ) -> Result<bool, HelixError> {
+    ) -> Result<Option<u64>, HelixError> {
         let header = batch::parse_header(records)?;
         if !header.is_transactional() {
-            return Ok(false);
+            return Ok(None);
         }
+        let guard = replica.begin_verification(header.producer_id);
         crate::txn::wire::verify_produce(
             self.node.txn,
             transactional_id,
@@ -280,7 +289,7 @@ impl Admission<'_> {
                 ),
             )
         })?;
-        Ok(true)
+        Ok(Some(guard))
     }
 }
 

@@ -235,13 +235,28 @@ pub async fn follow_leadership<S: LeaderLoaded>(
     let mut leadership = partition.watch_leadership();
     let mut loaded_term = {
         let l = partition.leadership();
-        (l.role == Role::Leader && partition.high_watermark() >= partition.log_end_offset())
-            .then_some(l.term)
+        (l.serving && partition.high_watermark() >= partition.log_end_offset()).then_some(l.term)
     };
     loop {
         let l = *leadership.borrow_and_update();
         let leads = l.role == Role::Leader;
+        if leads && loaded_term != Some(l.term) && !l.serving {
+            // Not yet: entries of earlier terms may still be in the Raft
+            // log only, neither acknowledged nor in the WAL (a follower
+            // stores an entry once it hears it committed), so the WAL's
+            // end says nothing yet. Loading now would miss an entry an
+            // earlier leader acknowledged (a transaction's PrepareCommit:
+            // measured, the next coordinator merged the committed
+            // transaction into the next one and aborted both). `serving`
+            // comes with the first acknowledged entry of this term.
+            if leadership.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
         if leads && loaded_term != Some(l.term) {
+            // Serving: every entry before this term is acknowledged and
+            // applied, so the WAL's end covers them.
             let end = partition.log_end_offset();
             let mut hw = partition.watch_high_watermark();
             let caught_up = tokio::select! {

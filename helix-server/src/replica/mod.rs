@@ -28,6 +28,7 @@ pub mod scan;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod txn_tests;
+pub mod verification;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
@@ -230,6 +231,7 @@ pub fn recover(
         lease_until: std::sync::atomic::AtomicU64::new(0),
         synced_since_start: std::sync::atomic::AtomicBool::new(false),
         refused: Mutex::new(refused::Refused::default()),
+        verifications: Mutex::new(verification::VerificationGuards::default()),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
     let state = PartitionState::new(
@@ -448,6 +450,17 @@ impl Partition {
             .await
             .map_err(|_| HelixError::ShuttingDown)?;
         rx.await.map_err(|_| HelixError::ShuttingDown)
+    }
+
+    /// Begins (or joins) the verification of a transactional batch of
+    /// `producer_id` with its coordinator (`replica::verification`): the
+    /// guard the batch must carry to open a transaction here.
+    pub fn begin_verification(&self, producer_id: i64) -> u64 {
+        self.published
+            .verifications
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .begin(producer_id)
     }
 
     /// The current reader handle (cheap: a clone of an `Arc`).

@@ -409,13 +409,17 @@ impl Proposed {
     /// Decides every request of one proposal, in order, against what the
     /// log holds (`table`, applied up to `log_end` offsets) and what this
     /// leader already proposed in `term`. Nothing changes until
-    /// [`Proposed::commit`].
+    /// [`Proposed::commit`]. `may_open(i, producer)`: whether request `i`
+    /// may open a transaction of `producer` here (its verification still
+    /// holds, `replica::verification`); a transactional batch that would
+    /// open one otherwise is refused INVALID_TXN_STATE.
     pub fn decide<'a>(
         &mut self,
         term: u64,
         table: &ProducerTable,
         log_end: i64,
         requests: impl Iterator<Item = &'a [Bytes]>,
+        may_open: impl Fn(usize, i64) -> bool,
     ) -> (Vec<Decision>, Staged) {
         if term != self.term {
             self.clear();
@@ -426,7 +430,10 @@ impl Proposed {
             end_offset: self.in_flight.back().map_or(log_end, |(_, end)| *end),
         };
         let decisions = requests
-            .map(|batches| self.decide_one(table, &mut staged, batches))
+            .enumerate()
+            .map(|(i, batches)| {
+                self.decide_one(table, &mut staged, batches, |pid| may_open(i, pid))
+            })
             .collect();
         (decisions, staged)
     }
@@ -436,6 +443,7 @@ impl Proposed {
         table: &ProducerTable,
         staged: &mut Staged,
         batches: &[Bytes],
+        may_open: impl Fn(i64) -> bool,
     ) -> Decision {
         // Changes of this request alone: kept only if all of it is accepted.
         let mut mine: HashMap<i64, ProducerState> = HashMap::new();
@@ -454,6 +462,16 @@ impl Proposed {
                     .map_or_else(|| table.known(pid), Known::Live);
                 match check(current, &h) {
                     Ok(SequenceCheck::Accept) => {
+                        // A client's transactional batch that opens a
+                        // transaction here (duplicates were answered
+                        // above, as Kafka does; the group coordinator's
+                        // own batches carry no sequence and no guard).
+                        let opens = h.is_transactional()
+                            && h.base_sequence != NO_SEQUENCE
+                            && !matches!(current, Known::Live(s) if s.txn_first_offset.is_some());
+                        if opens && !may_open(pid) {
+                            return Decision::Reject(HelixError::InvalidTxnState);
+                        }
                         let mut after = match current {
                             Known::Live(s) => s.clone(),
                             Known::Never | Known::Forgotten => ProducerState::default(),

@@ -47,6 +47,9 @@ pub struct Published {
     /// may be cut off while the others elect: it names no leader and
     /// serves no reads or writes.
     pub lease_until: std::sync::atomic::AtomicU64,
+    /// Transactional batches' verifications under way (KIP-890's guard):
+    /// taken by the produce path, checked and ended by the worker.
+    pub verifications: Mutex<super::verification::VerificationGuards>,
     /// Set once, the first time this replica has applied and acknowledged
     /// everything that was committed when it heard its leader (leading: an
     /// entry of its own term acknowledged). A restarted node holds a log

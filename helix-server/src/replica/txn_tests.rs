@@ -346,3 +346,53 @@ fn deleting_records_trims_the_index_and_clamps_the_lso_to_the_log_start() {
     assert_eq!(r.partition.last_stable_offset(), Offset(9));
     assert_eq!(r.partition.high_watermark(), Offset(10));
 }
+
+/// KIP-890's guard (`replica::verification`): a batch verified before its
+/// producer's marker was decided does not open a transaction after it; one
+/// verified afresh does.
+#[tokio::test]
+async fn a_batch_verified_before_its_producers_marker_is_refused_after_it() {
+    use crate::batcher::PendingProduce;
+    use crate::budget::Backpressure;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut r = open_replica(dir.path());
+    drive(&mut r);
+    let room = Backpressure::new(100, 1 << 20);
+    let stale = r.partition.begin_verification(A);
+    // The coordinator ends A's (earlier) transaction meanwhile.
+    let p = r.partition.clone();
+    let written = tokio::spawn(async move { p.write_marker(marker(A, 0, false, 1)).await });
+    let work = r.batcher.next().await.expect("work");
+    assert!(r.state.work(&mut r.group, work));
+    drive(&mut r);
+    assert_eq!(written.await.expect("join").expect("written"), Offset(0));
+    for (guard, expected) in [
+        (Some(stale), Err(HelixError::InvalidTxnState)),
+        (Some(r.partition.begin_verification(A)), Ok(Offset(1))),
+    ] {
+        let batches = txn(&[b"late"], A, 0, 0, 2_000);
+        let size = batches[0].len();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let pending = PendingProduce::new(
+            batches,
+            size,
+            -1,
+            Some(reply),
+            room.acquire_within(size, Duration::from_secs(1))
+                .await
+                .expect("room"),
+        )
+        .verified(guard);
+        r.partition.produce(pending).await.expect("queued");
+        let work = r.batcher.next().await.expect("work");
+        assert!(r.state.work(&mut r.group, work));
+        drive(&mut r);
+        let got = answer.await.expect("answered").map(|ack| ack.base_offset);
+        assert_eq!(format!("{got:?}"), format!("{expected:?}"));
+    }
+    assert_eq!(
+        r.partition.last_stable_offset(),
+        Offset(1),
+        "A's transaction is open at 1"
+    );
+}

@@ -210,7 +210,7 @@ impl TxnService {
         });
         for (partition, rx) in queues {
             let index = StatePartition(partition.index as u32);
-            if partition.leadership().role == Role::Leader
+            if partition.leadership().serving
                 && partition.high_watermark() >= partition.log_end_offset()
             {
                 service.load(index, &partition)?;

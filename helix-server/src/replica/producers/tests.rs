@@ -197,7 +197,7 @@ fn the_leader_decides_against_what_it_proposed_before_it_is_applied() {
     let mut proposed = Proposed::default();
     let a = one(make_batch(&[b"1", b"2"], 3, 0, 0));
     let b = one(make_batch(&[b"3"], 3, 2, 0));
-    let (d, staged) = proposed.decide(1, &table, 10, [a.as_slice()].into_iter());
+    let (d, staged) = proposed.decide(1, &table, 10, [a.as_slice()].into_iter(), |_, _| true);
     assert!(matches!(d[..], [Decision::Append { base_offset: 10 }]));
     proposed.commit(5, staged);
     // A retry of `a` while it is in flight, then `b`, then a gap.
@@ -207,6 +207,7 @@ fn the_leader_decides_against_what_it_proposed_before_it_is_applied() {
         &table,
         10,
         [a.as_slice(), b.as_slice(), gap.as_slice()].into_iter(),
+        |_, _| true,
     );
     assert!(
         matches!(d[0], Decision::Duplicate { base_offset: 10 }),
@@ -229,12 +230,12 @@ fn the_leader_decides_against_what_it_proposed_before_it_is_applied() {
     proposed.commit(6, staged);
     // A new term forgets what the old one proposed: `a` is not applied,
     // so `b` comes from a producer this leader does not know, past 0.
-    let (d, _) = proposed.decide(2, &table, 10, [b.as_slice()].into_iter());
+    let (d, _) = proposed.decide(2, &table, 10, [b.as_slice()].into_iter(), |_, _| true);
     assert!(
         matches!(d[0], Decision::Reject(HelixError::UnknownProducerId(_))),
         "{d:?}"
     );
-    let (d, _) = proposed.decide(2, &table, 10, [a.as_slice()].into_iter());
+    let (d, _) = proposed.decide(2, &table, 10, [a.as_slice()].into_iter(), |_, _| true);
     assert!(
         matches!(d[0], Decision::Append { base_offset: 10 }),
         "{d:?}"
@@ -249,9 +250,37 @@ fn two_batches_of_one_producer_in_one_request_are_checked_in_order() {
         make_batch(&[b"1"], 4, 0, 0),
         make_batch(&[b"2", b"3"], 4, 1, 0),
     ];
-    let (d, _) = proposed.decide(1, &table, 0, [both.as_slice()].into_iter());
+    let (d, _) = proposed.decide(1, &table, 0, [both.as_slice()].into_iter(), |_, _| true);
     assert!(
         matches!(d[..], [Decision::Append { base_offset: 0 }]),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn a_transactional_batch_opens_a_transaction_only_under_a_verification_that_holds() {
+    use crate::replica::batch::tests::transactional;
+    let table = ProducerTable::default();
+    let mut proposed = Proposed::default();
+    let first = one(transactional(&make_batch(&[b"1"], 5, 0, 0), 0));
+    let second = one(transactional(&make_batch(&[b"2"], 5, 1, 0), 0));
+    // Its verification was ended by a marker: refused, nothing staged.
+    let (d, _) = proposed.decide(1, &table, 0, [first.as_slice()].into_iter(), |_, _| false);
+    assert!(
+        matches!(d[0], Decision::Reject(HelixError::InvalidTxnState)),
+        "{d:?}"
+    );
+    // Verified: it opens the transaction, and the next batch of the open
+    // transaction needs no verification.
+    let (d, staged) = proposed.decide(1, &table, 0, [first.as_slice()].into_iter(), |_, _| true);
+    assert!(matches!(d[0], Decision::Append { base_offset: 0 }), "{d:?}");
+    proposed.commit(1, staged);
+    let (d, _) = proposed.decide(1, &table, 0, [second.as_slice()].into_iter(), |_, _| false);
+    assert!(matches!(d[0], Decision::Append { base_offset: 1 }), "{d:?}");
+    // A retry of the first is answered as the duplicate it is.
+    let (d, _) = proposed.decide(1, &table, 0, [first.as_slice()].into_iter(), |_, _| false);
+    assert!(
+        matches!(d[0], Decision::Duplicate { base_offset: 0 }),
         "{d:?}"
     );
 }

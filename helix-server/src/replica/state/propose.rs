@@ -142,12 +142,19 @@ impl PartitionState {
                 return None;
             }
         }
+        let guards = self
+            .published
+            .verifications
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let (decisions, staged) = self.proposed.decide(
             group.term().0,
             &self.producers,
             log.next_offset(),
             batch.iter().map(|p| p.batches.as_slice()),
+            |i, pid| guards.holds(pid, batch[i].verified),
         );
+        drop(guards);
         let mut waiting = Vec::with_capacity(batch.len());
         let mut refused = self.published.refused.lock().ok().filter(|r| !r.is_empty());
         for (p, decision) in batch.into_iter().zip(decisions) {

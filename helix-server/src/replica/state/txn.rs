@@ -55,6 +55,13 @@ impl PartitionState {
         };
         match group.propose(entry::encode_marker(&marker)) {
             Ok(index) => {
+                // A batch verified before this marker must not open a
+                // transaction after it (`replica::verification`).
+                self.published
+                    .verifications
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .end(marker.producer_id);
                 self.proposed.commit(index.0, staged);
                 self.waiting.push_back((
                     group.term(),
