@@ -26,7 +26,6 @@ use super::coordinator::Coordinator;
 use super::response::{Proposal, Reply};
 use super::types::{ClientInfo, CoordinatorPartition, ProposalId, RequestToken};
 use super::wire::{GroupCall, NodeAddress, find_coordinator};
-use crate::batcher::ProduceOutcome;
 use crate::budget::Backpressure;
 use crate::clock::now_ms_unsigned;
 use crate::cluster::ClusterState;
@@ -34,6 +33,7 @@ use crate::controller::placement;
 use crate::error::{HelixError, Result};
 use crate::replica::Partition;
 use crate::replica::internal::{self, LeaderLoaded};
+use crate::replica::internal_queue::{self, Queued, SettlesProposals};
 use crate::topics::{Opened, ReplicaFactory, Topic, TopicPartition};
 
 /// Kafka's name of the internal topic holding group records.
@@ -41,8 +41,6 @@ pub const GROUPS_TOPIC: &str = "__consumer_offsets";
 /// How often deadlines are checked. Session timeouts are seconds long; a
 /// member expires at most this much late.
 const TICK_INTERVAL: Duration = Duration::from_millis(100);
-/// How long a coordinator proposal waits for produce backpressure room.
-const PROPOSAL_ROOM_TIMEOUT: Duration = Duration::from_secs(30);
 /// Segment size of a coordinator partition's WAL: group records are small.
 const COORDINATOR_SEGMENT_BYTES: u64 = 64 << 20;
 /// Raft group ids of coordinator partitions ("HELIXG" in the high bytes;
@@ -108,8 +106,9 @@ pub struct GroupView {
 #[derive(Debug)]
 pub struct GroupService {
     host: Mutex<Host>,
-    /// One ordered proposal queue per coordinator partition held here.
-    proposers: HashMap<u32, mpsc::UnboundedSender<Proposal>>,
+    /// One ordered proposal queue per coordinator partition held here
+    /// (`replica::internal_queue`).
+    proposers: HashMap<u32, mpsc::UnboundedSender<Queued<ProposalId>>>,
     /// Every coordinator partition: its group, replicas and local replica.
     partitions: Vec<TopicPartition>,
     cluster: Arc<ClusterState>,
@@ -204,8 +203,9 @@ impl GroupService {
                 index,
                 partition.clone(),
             ));
-            tokio::spawn(propose(
+            tokio::spawn(internal_queue::propose_in_order(
                 Arc::downgrade(&service),
+                index,
                 partition,
                 rx,
                 backpressure.clone(),
@@ -338,14 +338,28 @@ impl GroupService {
                 }
             }
             for proposal in ready.proposals {
-                let id = proposal.id;
-                let queue = self.proposers.get(&proposal.partition.0);
-                if queue.is_none_or(|q| q.send(proposal).is_err()) {
+                let Proposal {
+                    id,
+                    partition,
+                    entry,
+                    compacts,
+                } = proposal;
+                let queued = Queued {
+                    id,
+                    entry,
+                    compacts,
+                };
+                let queue = self.proposers.get(&partition.0);
+                if queue.is_none_or(|q| q.send(queued).is_err()) {
                     host.coordinator.on_proposal_failed(id, now_ms_unsigned());
                 }
             }
         }
     }
+}
+
+impl SettlesProposals for GroupService {
+    type ProposalId = ProposalId;
 
     fn settle(&self, id: ProposalId, acknowledged: bool) {
         let mut host = self.lock();
@@ -396,59 +410,6 @@ impl LeaderLoaded for GroupService {
         host.coordinator.unload(id);
         self.drain(&mut host);
         tracing::info!(partition = %id, "no longer coordinating the partition's groups");
-    }
-}
-
-/// Proposes one partition's entries in order; a second task reports their
-/// outcomes in the same order, so the view applies them in log order.
-async fn propose(
-    service: Weak<GroupService>,
-    partition: Arc<Partition>,
-    mut proposals: mpsc::UnboundedReceiver<Proposal>,
-    backpressure: Backpressure,
-) {
-    type Outcome = (ProposalId, bool, Option<oneshot::Receiver<ProduceOutcome>>);
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Outcome>();
-    let reporter = service.clone();
-    let log = partition.clone();
-    tokio::spawn(async move {
-        while let Some((id, compacts, waiting)) = done_rx.recv().await {
-            let acknowledged = match waiting {
-                Some(rx) => match rx.await {
-                    Ok(Ok(ack)) => Some(ack.base_offset),
-                    _ => None,
-                },
-                None => None,
-            };
-            if let (true, Some(snapshot_offset)) = (compacts, acknowledged) {
-                // Everything before the snapshot entry is in it.
-                if let Err(error) = log.delete_records(snapshot_offset).await {
-                    tracing::warn!(%error, "could not compact a coordinator partition");
-                }
-            }
-            let Some(service) = reporter.upgrade() else {
-                return;
-            };
-            service.settle(id, acknowledged.is_some());
-        }
-    });
-    while let Some(proposal) = proposals.recv().await {
-        let waiting = internal::append(
-            &partition,
-            &backpressure,
-            &proposal.entry,
-            PROPOSAL_ROOM_TIMEOUT,
-        )
-        .await;
-        if let Err(error) = &waiting {
-            tracing::warn!(partition = %proposal.partition, %error, "coordinator proposal failed");
-        }
-        if done_tx
-            .send((proposal.id, proposal.compacts, waiting.ok()))
-            .is_err()
-        {
-            return;
-        }
     }
 }
 
