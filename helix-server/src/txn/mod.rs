@@ -16,9 +16,6 @@
 //! `kafka-transactions.sh` asks the coordinator ("Operator tooling as
 //! built").
 
-// Parts of the coordinator are not served yet (AddOffsetsToTxn).
-#![allow(dead_code)]
-
 mod coordinator;
 mod end;
 mod error;
