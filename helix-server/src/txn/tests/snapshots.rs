@@ -135,3 +135,28 @@ fn a_snapshot_taken_in_prepare_commit_keeps_its_markers_owed_after_a_reload() {
     let next = h.init("app", Some(producer)).expect("bump");
     assert_eq!(next.epoch, producer.epoch + 1);
 }
+
+#[test]
+fn a_snapshot_waits_until_the_log_since_the_last_is_as_long_as_the_view() {
+    let mut h = snapshot_every(1);
+    let partition = h.coordinator.partition_for("id-0");
+    let ids: Vec<String> = (0..1_000)
+        .map(|i| format!("id-{i}"))
+        .filter(|id| h.coordinator.partition_for(id) == partition)
+        .take(5)
+        .collect();
+    assert_eq!(ids.len(), 5);
+    let mut producers = Vec::new();
+    for id in &ids {
+        producers.push(h.init(id, None).expect("init"));
+    }
+    // The first init is snapshotted at once; after it each init adds one
+    // record and one id, so the log never catches up with the view.
+    assert_eq!(snapshots_of(&h, partition), 1);
+    assert_eq!(live_log(&h.log, partition).len(), 5);
+    // One more record (a bump): the log since the snapshot (5 records) is
+    // as long as the view (5 ids) and a snapshot follows at once.
+    h.init(&ids[0], Some(producers[0])).expect("bump");
+    assert_eq!(snapshots_of(&h, partition), 2);
+    assert_eq!(live_log(&h.log, partition).len(), 1);
+}
