@@ -6,6 +6,7 @@ Apache Kafka 3.9.1.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import KafkaAdminClient
 
 import clients
+import harness
 import javalibs
 import kwire
 
@@ -397,3 +399,62 @@ def test_java_pattern_subscription_takes_internal_topics_only_when_asked(broker,
     want = (f"__consumer_offsets,__transaction_state,{topic}" if internal == "include-internal"
             else topic)
     assert f"HELIX-JAVA-PATTERN assigned={want}\n" in out, out
+
+
+@pytest.mark.managed
+def test_consumer_offsets_is_snapshotted_and_commits_survive_kill9(tmp_path, topic):
+    """With group_snapshot_after_records = 20, 200 offset commits of one
+    group leave a small part of __consumer_offsets in the log (its start
+    moved to the last snapshot: the proposal queue shared with the
+    transaction coordinator, replica/internal_queue.rs, deletes before an
+    acknowledged snapshot), and the last commit is read back after kill -9."""
+    if harness.external_bootstrap() or os.environ.get("HELIX_TEST_KAFKA_LIBS"):
+        pytest.skip("needs a Helix broker the suite starts with its own flags")
+    b = harness.HelixBroker(harness.helix_binary(), tmp_path,
+                            extra_args=["--group-snapshot-after-records", "20"])
+    b.start()
+    try:
+        clients.create_topic(b.bootstrap, topic, 1)
+        group = f"g-{uuid.uuid4().hex[:8]}"
+        c = group_consumer(b, group)
+        try:
+            for n in range(1, 201):
+                c.commit(offsets=[TopicPartition(topic, 0, n)], asynchronous=False)
+        finally:
+            c.close()
+        time.sleep(1.0)
+
+        def extent() -> tuple[int, int]:
+            reader = Consumer({**clients.RDKAFKA, "bootstrap.servers": b.bootstrap,
+                               "group.id": f"r-{uuid.uuid4().hex[:8]}"})
+            try:
+                written = left = 0
+                for p in range(50):
+                    low, high = reader.get_watermark_offsets(
+                        TopicPartition("__consumer_offsets", p), timeout=30)
+                    written, left = written + high, left + high - low
+                return written, left
+            finally:
+                reader.close()
+
+        written, left = extent()
+        assert written >= 200 and left * 3 < written, (written, left)
+        b.restart()
+        assert extent()[1] <= left, (written, left)
+        c = group_consumer(b, group)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    got = c.committed([TopicPartition(topic, 0)], timeout=10)
+                    break
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            assert got[0].offset == 200, got
+        finally:
+            c.close()
+        print(f"__consumer_offsets: {written} records written, {left} left")
+    finally:
+        b.stop()

@@ -54,6 +54,7 @@ struct FileConfig {
     transactional_id_expiration_ms: Option<u64>,
     transaction_abort_timed_out_transaction_cleanup_interval_ms: Option<u64>,
     transaction_remove_expired_transaction_cleanup_interval_ms: Option<u64>,
+    transaction_snapshot_after_records: Option<u64>,
     default_replication_factor: Option<i16>,
     replica_lag_time_max_ms: Option<u64>,
     producer_id_expiration_ms: Option<i64>,
@@ -180,6 +181,7 @@ impl Config {
             transaction_remove_expired_transaction_cleanup_interval_ms,
             expiry_check_interval_ms
         );
+        set_txn!(transaction_snapshot_after_records, snapshot_after_records);
         c.log_level = flags.log_level.or(file.log_level);
         if let Some(us) = flags.batch_linger_us.or(file.batch_linger_us) {
             c.batch_linger = Duration::from_micros(us);

@@ -211,6 +211,11 @@ pub struct Flags {
     /// (`transaction.remove.expired.transaction.cleanup.interval.ms`).
     #[arg(long)]
     pub transaction_remove_expired_transaction_cleanup_interval_ms: Option<u64>,
+    /// Transactions: acknowledged records after which a
+    /// `__transaction_state` partition snapshots its view and drops the
+    /// log before it.
+    #[arg(long)]
+    pub transaction_snapshot_after_records: Option<u64>,
     /// Groups: delay of a new group's first rebalance
     /// (`group.initial.rebalance.delay.ms`).
     #[arg(long)]

@@ -193,3 +193,20 @@ fn transaction_timeouts_and_intervals_come_from_flags_and_toml() {
         );
     }
 }
+
+#[test]
+fn transaction_snapshot_after_records_comes_from_flags_and_toml() {
+    assert_eq!(
+        Config::default().transactions.snapshot_after_records,
+        20_000
+    );
+    let c = load_with_file("transaction_snapshot_after_records = 50\n", &[]).expect("valid");
+    assert_eq!(c.transactions.snapshot_after_records, 50);
+    let c = load_with_file(
+        "transaction_snapshot_after_records = 50\n",
+        &["--transaction-snapshot-after-records", "20"],
+    )
+    .expect("valid");
+    assert_eq!(c.transactions.snapshot_after_records, 20);
+    assert!(load_with_file("", &["--transaction-snapshot-after-records", "0"]).is_err());
+}

@@ -19,6 +19,12 @@ pub struct TxnConfig {
     /// `transaction.remove.expired.transaction.cleanup.interval.ms`: how
     /// often `tick` looks for expired transactional ids.
     pub expiry_check_interval_ms: u64,
+    /// Acknowledged records after which a `__transaction_state` partition
+    /// writes its whole view as one snapshot entry and deletes the log
+    /// before it (as `GroupConfig::snapshot_after_records`): the log and
+    /// the replay on failover then grow with the live transactional ids,
+    /// not with the history of their transactions.
+    pub snapshot_after_records: u64,
 }
 
 impl Default for TxnConfig {
@@ -29,6 +35,7 @@ impl Default for TxnConfig {
             transactional_id_expiration_ms: 604_800_000,
             abort_check_interval_ms: 10_000,
             expiry_check_interval_ms: 3_600_000,
+            snapshot_after_records: 20_000,
         }
     }
 }
@@ -51,6 +58,9 @@ impl TxnConfig {
         }
         if self.abort_check_interval_ms == 0 || self.expiry_check_interval_ms == 0 {
             return Err("transaction cleanup intervals must be positive".into());
+        }
+        if self.snapshot_after_records == 0 {
+            return Err("transaction_snapshot_after_records must be at least 1".into());
         }
         if self.transactional_id_expiration_ms == 0 {
             return Err("transactional_id_expiration_ms must be positive".into());

@@ -37,7 +37,6 @@ use super::response::{Proposal, Reply};
 use super::txn_offsets::LoggedEntry;
 use super::types::{ClientInfo, CoordinatorPartition, ProposalId, RequestToken};
 use super::wire::{GroupCall, NodeAddress, find_coordinator};
-use crate::batcher::ProduceOutcome;
 use crate::budget::Backpressure;
 use crate::clock::now_ms_unsigned;
 use crate::cluster::ClusterState;
@@ -45,6 +44,7 @@ use crate::controller::placement;
 use crate::error::{HelixError, Result};
 use crate::replica::Partition;
 use crate::replica::internal::{self, InternalEntry, LeaderLoaded, TxnProducer};
+use crate::replica::internal_queue::{self, Queued, SettlesProposals};
 use crate::topics::{Opened, ReplicaFactory, Topic, TopicPartition};
 
 /// Kafka's name of the internal topic holding group records.
@@ -52,8 +52,6 @@ pub const GROUPS_TOPIC: &str = "__consumer_offsets";
 /// How often deadlines are checked. Session timeouts are seconds long; a
 /// member expires at most this much late.
 const TICK_INTERVAL: Duration = Duration::from_millis(100);
-/// How long a coordinator proposal waits for produce backpressure room.
-const PROPOSAL_ROOM_TIMEOUT: Duration = Duration::from_secs(30);
 /// Segment size of a coordinator partition's WAL: group records are small.
 const COORDINATOR_SEGMENT_BYTES: u64 = 64 << 20;
 /// Raft group ids of coordinator partitions ("HELIXG" in the high bytes;
@@ -119,8 +117,9 @@ pub struct GroupView {
 #[derive(Debug)]
 pub struct GroupService {
     host: Mutex<Host>,
-    /// One ordered proposal queue per coordinator partition held here.
-    proposers: HashMap<u32, mpsc::UnboundedSender<Proposal>>,
+    /// One ordered proposal queue per coordinator partition held here
+    /// (`replica::internal_queue`).
+    proposers: HashMap<u32, mpsc::UnboundedSender<Queued<ProposalId>>>,
     /// Every coordinator partition: its group, replicas and local replica.
     partitions: Vec<TopicPartition>,
     cluster: Arc<ClusterState>,
@@ -215,8 +214,9 @@ impl GroupService {
                 index,
                 partition.clone(),
             ));
-            tokio::spawn(propose(
+            tokio::spawn(internal_queue::propose_in_order(
                 Arc::downgrade(&service),
+                index,
                 partition,
                 rx,
                 backpressure.clone(),
@@ -407,14 +407,34 @@ impl GroupService {
                 }
             }
             for proposal in ready.proposals {
-                let id = proposal.id;
-                let queue = self.proposers.get(&proposal.partition.0);
-                if queue.is_none_or(|q| q.send(proposal).is_err()) {
+                let Proposal {
+                    id,
+                    partition,
+                    entry,
+                    compacts,
+                    producer,
+                } = proposal;
+                let queued = Queued {
+                    id,
+                    entry,
+                    compacts,
+                    producer: producer.map(|p| TxnProducer {
+                        producer_id: p.producer_id,
+                        epoch: p.epoch,
+                    }),
+                };
+                let queue = self.proposers.get(&partition.0);
+                if queue.is_none_or(|q| q.send(queued).is_err()) {
                     host.coordinator.on_proposal_failed(id, now_ms_unsigned());
                 }
             }
         }
     }
+}
+
+impl SettlesProposals for GroupService {
+    type ProposalId = ProposalId;
+    type Partition = CoordinatorPartition;
 
     /// Before an entry acknowledged at `offset` is applied: what precedes
     /// it in the log (markers) is applied first.
@@ -423,9 +443,9 @@ impl GroupService {
         self.catch_up(&mut host, index, offset);
     }
 
-    fn settle(&self, id: ProposalId, outcome: std::result::Result<i64, GroupError>) {
+    fn settle(&self, id: ProposalId, outcome: std::result::Result<i64, HelixError>) {
         let mut host = self.lock();
-        match outcome {
+        match outcome.map_err(|e| refusal(&e)) {
             Ok(offset) => host
                 .coordinator
                 .on_appended(id, Some(offset), now_ms_unsigned()),
@@ -506,74 +526,6 @@ impl LeaderLoaded for GroupService {
         host.coordinator.unload(id);
         self.drain(&mut host);
         tracing::info!(partition = %id, "no longer coordinating the partition's groups");
-    }
-}
-
-/// Proposes one partition's entries in order; a second task reports their
-/// outcomes in the same order, so the view applies them in log order.
-async fn propose(
-    service: Weak<GroupService>,
-    partition: Arc<Partition>,
-    mut proposals: mpsc::UnboundedReceiver<Proposal>,
-    backpressure: Backpressure,
-) {
-    type Outcome = (ProposalId, bool, Option<oneshot::Receiver<ProduceOutcome>>);
-    let index = CoordinatorPartition(partition.index as u32);
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Outcome>();
-    let reporter = service.clone();
-    let log = partition.clone();
-    tokio::spawn(async move {
-        while let Some((id, compacts, waiting)) = done_rx.recv().await {
-            let outcome = match waiting {
-                Some(rx) => match rx.await {
-                    Ok(Ok(ack)) => Ok(ack.base_offset),
-                    Ok(Err(error)) => Err(refusal(&error)),
-                    Err(_) => Err(GroupError::NotCoordinator),
-                },
-                None => Err(GroupError::NotCoordinator),
-            };
-            let acknowledged = outcome.as_ref().ok().copied();
-            let Some(service) = reporter.upgrade() else {
-                return;
-            };
-            if let Some(offset) = acknowledged {
-                service.before_applying(index, offset.0);
-            }
-            drop(service);
-            if let (true, Some(snapshot_offset)) = (compacts, acknowledged) {
-                // Everything before the snapshot entry is in it.
-                if let Err(error) = log.delete_records(snapshot_offset).await {
-                    tracing::warn!(%error, "could not compact a coordinator partition");
-                }
-            }
-            let Some(service) = reporter.upgrade() else {
-                return;
-            };
-            service.settle(id, outcome.map(|o| o.0));
-        }
-    });
-    while let Some(proposal) = proposals.recv().await {
-        let producer = proposal.producer.map(|p| TxnProducer {
-            producer_id: p.producer_id,
-            epoch: p.epoch,
-        });
-        let waiting = internal::append_for(
-            &partition,
-            &backpressure,
-            &proposal.entry,
-            producer,
-            PROPOSAL_ROOM_TIMEOUT,
-        )
-        .await;
-        if let Err(error) = &waiting {
-            tracing::warn!(partition = %proposal.partition, %error, "coordinator proposal failed");
-        }
-        if done_tx
-            .send((proposal.id, proposal.compacts, waiting.ok()))
-            .is_err()
-        {
-            return;
-        }
     }
 }
 

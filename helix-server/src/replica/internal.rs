@@ -1,10 +1,11 @@
 //! Partitions that hold a state machine's entries instead of client data:
-//! the controller (group 0) and the group coordinator's partitions. Each
+//! the controller (group 0) and the group and transaction coordinators'
+//! partitions (`__consumer_offsets`, `__transaction_state`). Each
 //! entry is one record (its value) in a v2 batch with no producer id, made
 //! durable through the ordinary produce path (batcher, Raft, acks=all), and
 //! read back in log order up to the high watermark. A service that serves
 //! such partitions while it leads them follows their leadership with
-//! [`follow_leadership`].
+//! [`follow_leadership`] and proposes through `internal_queue`.
 //!
 //! The group coordinator also appends entries on behalf of a transactional
 //! producer (TxnOffsetCommit: a transactional batch with the producer's id

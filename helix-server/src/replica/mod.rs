@@ -14,6 +14,7 @@ pub mod apply;
 pub mod batch;
 pub mod entry;
 pub mod internal;
+pub mod internal_queue;
 pub mod learner;
 pub mod links;
 pub mod markers;

@@ -12,6 +12,12 @@
 //! record is acknowledged or replayed; while a transactional id has a
 //! proposal in flight it is "pending" and other requests for it are answered
 //! CONCURRENT_TRANSACTIONS (Kafka's `pendingState`).
+//!
+//! A partition with nothing in flight and `snapshot_after_records`
+//! acknowledged records since its last snapshot (and at least as many as
+//! it has transactional ids) proposes its whole view as one
+//! [`Record::Snapshot`]; the host deletes the log before it once it is
+//! acknowledged. The decision reads only the coordinator's state.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +42,11 @@ pub struct HostedPartition {
     pub(super) transactions: BTreeMap<String, TxnMetadata>,
     /// Transactional ids with a proposal in flight, and which.
     pub(super) pending: BTreeMap<String, ProposalId>,
+    /// Records acknowledged or replayed since the last snapshot (or since
+    /// the log's start): the log a reload would replay beyond the view.
+    pub(super) records_since_snapshot: u64,
+    /// A snapshot of this partition is proposed and not yet settled.
+    snapshot_in_flight: bool,
 }
 
 impl HostedPartition {
@@ -45,26 +56,45 @@ impl HostedPartition {
             coordinator_epoch: 0,
             transactions: BTreeMap::new(),
             pending: BTreeMap::new(),
+            records_since_snapshot: 0,
+            snapshot_in_flight: false,
         }
     }
 
-    /// Applies a durable record to the view.
-    fn apply(&mut self, record: &Record) {
+    /// Applies a durable record to the view. A snapshot replaces it whole:
+    /// the log before a snapshot may be gone, and what it held is in it.
+    fn apply(&mut self, record: Record) {
+        self.records_since_snapshot = self.records_since_snapshot.saturating_add(1);
         match record {
             Record::Metadata {
                 transactional_id,
                 metadata,
             } if metadata.state != TxnState::Dead => {
-                self.transactions
-                    .insert(transactional_id.clone(), metadata.clone());
+                self.transactions.insert(transactional_id, metadata);
             }
             Record::Metadata {
                 transactional_id, ..
             }
             | Record::Tombstone { transactional_id } => {
-                self.transactions.remove(transactional_id);
+                self.transactions.remove(&transactional_id);
+            }
+            Record::Snapshot { transactions } => {
+                self.transactions = transactions;
+                self.records_since_snapshot = 0;
             }
         }
+    }
+
+    /// Whether the partition should snapshot now: loaded, no snapshot
+    /// already on its way, enough records since the last one, and a log
+    /// since then at least as long as the view (so a snapshot at most
+    /// doubles what is written). The caller checks nothing else is in
+    /// flight: only then is everything before the snapshot in the view.
+    fn wants_snapshot(&self, threshold: u64) -> bool {
+        !self.loading
+            && !self.snapshot_in_flight
+            && self.records_since_snapshot >= threshold.max(1)
+            && self.records_since_snapshot >= self.transactions.len() as u64
     }
 
     /// The markers a transaction in a Prepare state is owed.
@@ -136,6 +166,7 @@ impl Coordinator {
     }
 
     /// A transactional id's acknowledged metadata, if this node holds it.
+    #[cfg(test)]
     pub fn transaction(&self, transactional_id: &str) -> Option<&TxnMetadata> {
         let partition = self.partition_for(transactional_id);
         self.partitions
@@ -145,6 +176,7 @@ impl Coordinator {
     }
 
     /// A hosted partition's view (acknowledged metadata by transactional id).
+    #[cfg(test)]
     pub fn view(&self, partition: StatePartition) -> Option<&BTreeMap<String, TxnMetadata>> {
         self.partitions.get(&partition).map(|p| &p.transactions)
     }
@@ -166,7 +198,7 @@ impl Coordinator {
             .get_mut(&partition)
             .filter(|shard| shard.loading)
             .ok_or(TxnError::NotCoordinator)?;
-        for record in &decode_entry(entry)? {
+        for record in decode_entry(entry)? {
             shard.apply(record);
         }
         Ok(())
@@ -228,15 +260,22 @@ impl Coordinator {
         let Some(shard) = self.partitions.get_mut(&flight.partition) else {
             return;
         };
-        let transactional_id = flight.record.transactional_id();
-        if shard.pending.get(transactional_id) == Some(&id) {
-            shard.pending.remove(transactional_id);
+        let transactional_id = flight.record.transactional_id().map(str::to_owned);
+        match &transactional_id {
+            Some(tid) if shard.pending.get(tid) == Some(&id) => {
+                shard.pending.remove(tid);
+            }
+            Some(_) => {}
+            None => shard.snapshot_in_flight = false,
         }
-        shard.apply(&flight.record);
+        shard.apply(flight.record);
         if let OnAcknowledged::Reply { token, answer } = flight.waiter {
             self.ready.replies.push(Reply { token, answer });
         }
-        self.owe_markers(flight.partition, transactional_id);
+        if let Some(tid) = &transactional_id {
+            self.owe_markers(flight.partition, tid);
+        }
+        self.maybe_snapshot(flight.partition);
     }
 
     /// The proposal will never be acknowledged (leadership lost, log
@@ -251,14 +290,42 @@ impl Coordinator {
             let answer = answer.into_failed(TxnError::NotCoordinator);
             self.ready.replies.push(Reply { token, answer });
         }
-        let transactional_id = flight.record.transactional_id();
         let Some(shard) = self.partitions.get_mut(&flight.partition) else {
             return;
         };
-        if shard.pending.get(transactional_id) == Some(&id) {
-            shard.pending.remove(transactional_id);
+        match flight.record.transactional_id() {
+            Some(tid) => {
+                if shard.pending.get(tid) == Some(&id) {
+                    shard.pending.remove(tid);
+                }
+                self.owe_markers(flight.partition, tid);
+            }
+            // Not written: tried again at the next tick, not at once (the
+            // replica may be losing its leadership, failing every append).
+            None => shard.snapshot_in_flight = false,
         }
-        self.owe_markers(flight.partition, transactional_id);
+    }
+
+    /// Proposes `partition`'s view as one snapshot if it
+    /// [wants one](HostedPartition::wants_snapshot) and none of its
+    /// proposals is in flight.
+    fn maybe_snapshot(&mut self, partition: StatePartition) {
+        let threshold = self.config.snapshot_after_records;
+        let Some(shard) = self.partitions.get_mut(&partition) else {
+            return;
+        };
+        if !shard.wants_snapshot(threshold)
+            || self.in_flight.values().any(|f| f.partition == partition)
+        {
+            return;
+        }
+        shard.snapshot_in_flight = true;
+        let record = Record::Snapshot {
+            transactions: shard.transactions.clone(),
+        };
+        let mut out = Effects::default();
+        out.propose(record, OnAcknowledged::Nothing);
+        self.flush(partition, out);
     }
 
     /// Asks for the markers of `transactional_id` if it is in a Prepare
@@ -306,13 +373,15 @@ impl Coordinator {
             };
             self.next_proposal += 1;
             let id = ProposalId(self.next_proposal);
-            shard
-                .pending
-                .insert(pending.record.transactional_id().to_owned(), id);
+            let transactional_id = pending.record.transactional_id();
+            if let Some(tid) = transactional_id {
+                shard.pending.insert(tid.to_owned(), id);
+            }
             self.ready.proposals.push(Proposal {
                 id,
                 partition,
                 entry: encode_entry(std::slice::from_ref(&pending.record)),
+                compacts: transactional_id.is_none(),
             });
             self.in_flight.insert(
                 id,
@@ -362,6 +431,12 @@ impl Coordinator {
         if now_ms >= self.next_expiry_check_ms {
             self.next_expiry_check_ms = now_ms.saturating_add(self.config.expiry_check_interval_ms);
             self.expire_idle(millis(now_ms));
+        }
+        // A partition whose last proposal failed, or that loaded a long
+        // log, has no acknowledgement to trigger its snapshot.
+        let hosted: Vec<StatePartition> = self.partitions.keys().copied().collect();
+        for partition in hosted {
+            self.maybe_snapshot(partition);
         }
     }
 

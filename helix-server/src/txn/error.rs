@@ -53,6 +53,8 @@ pub enum TxnError {
     RecordUtf8,
     #[error("record has {0} trailing bytes")]
     RecordTrailing(usize),
+    #[error("snapshot record lists transactional ids out of order or twice")]
+    RecordUnordered,
 }
 
 impl TxnError {
@@ -80,7 +82,8 @@ impl TxnError {
             | TxnError::RecordKind(_)
             | TxnError::RecordState(_)
             | TxnError::RecordUtf8
-            | TxnError::RecordTrailing(_) => ResponseError::UnknownServerError,
+            | TxnError::RecordTrailing(_)
+            | TxnError::RecordUnordered => ResponseError::UnknownServerError,
         };
         error.code()
     }

@@ -21,8 +21,6 @@
 //! TxnOffsetCommit's offsets pending, and the markers written there end
 //! them.
 
-#![allow(dead_code)]
-
 mod coordinator;
 mod end;
 mod error;

@@ -6,6 +6,11 @@
 //! Kafka's value v0, the last producer id and epoch are stored too: a
 //! KIP-360 retry that spans a coordinator failover still finds them.
 //!
+//! A [`Record::Snapshot`] holds a partition's whole view (Kafka compacts
+//! the topic instead): replay replaces the view with it, so the log before
+//! it can be deleted (ADR 0026 "Snapshots of `__transaction_state` as
+//! built").
+//!
 //! One Raft entry carries one [`encode_entry`] batch: `version u8 | count
 //! u32 | crc32c u32 | records`, each record `kind u8 | length u32 | body`.
 //! Integers are big-endian, strings `u16` length + UTF-8. Decoding checks
@@ -13,7 +18,7 @@
 //! the checksum, refuses unknown versions, kinds and states, and never
 //! panics: an entry is either decoded whole or refused.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -29,12 +34,17 @@ const RECORD_HEADER_BYTES: usize = 1 + 4;
 /// The smallest encoding of one transaction partition: an empty topic name
 /// (`u16` length) and the partition (`i32`).
 const PARTITION_MIN_BYTES: usize = 2 + 4;
+/// The smallest encoding of one transactional id in a snapshot: an empty
+/// id (`u16` length) and metadata with no partition (ids, epochs, timeout,
+/// state, timestamps, partition count).
+const SNAPSHOT_ITEM_MIN_BYTES: usize = 2 + (8 + 8 + 2 + 2 + 4 + 1 + 8 + 8 + 4);
 /// The longest string a record holds (Kafka's protocol strings are no
 /// longer); requests are checked against it before anything is encoded.
 pub const MAX_STRING_BYTES: usize = i16::MAX as usize;
 
 const KIND_METADATA: u8 = 1;
 const KIND_TOMBSTONE: u8 = 2;
+const KIND_SNAPSHOT: u8 = 3;
 
 /// A durable change to a `__transaction_state` partition's view.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,15 +56,23 @@ pub enum Record {
     },
     /// The transactional id expired: it is forgotten.
     Tombstone { transactional_id: String },
+    /// A partition's whole view: every live transactional id's metadata.
+    /// Replaying it replaces the view, whatever came before.
+    Snapshot {
+        transactions: BTreeMap<String, TxnMetadata>,
+    },
 }
 
 impl Record {
-    pub fn transactional_id(&self) -> &str {
+    /// The transactional id the record changes (none for a snapshot, which
+    /// changes them all).
+    pub fn transactional_id(&self) -> Option<&str> {
         match self {
             Record::Metadata {
                 transactional_id, ..
             }
-            | Record::Tombstone { transactional_id } => transactional_id,
+            | Record::Tombstone { transactional_id } => Some(transactional_id),
+            Record::Snapshot { .. } => None,
         }
     }
 }
@@ -77,6 +95,14 @@ pub fn encode_entry(records: &[Record]) -> Bytes {
             Record::Tombstone { transactional_id } => {
                 put_str(&mut one, transactional_id);
                 KIND_TOMBSTONE
+            }
+            Record::Snapshot { transactions } => {
+                one.put_u32(transactions.len() as u32);
+                for (transactional_id, metadata) in transactions {
+                    put_str(&mut one, transactional_id);
+                    encode_metadata(&mut one, metadata);
+                }
+                KIND_SNAPSHOT
             }
         };
         body.put_u8(kind);
@@ -140,6 +166,9 @@ pub fn decode_entry(entry: &[u8]) -> Result<Vec<Record>, TxnError> {
             KIND_TOMBSTONE => Record::Tombstone {
                 transactional_id: body.string()?,
             },
+            KIND_SNAPSHOT => Record::Snapshot {
+                transactions: decode_snapshot(&mut body)?,
+            },
             other => return Err(TxnError::RecordKind(other)),
         };
         body.finish()?;
@@ -147,6 +176,26 @@ pub fn decode_entry(entry: &[u8]) -> Result<Vec<Record>, TxnError> {
     }
     input.finish()?;
     Ok(records)
+}
+
+/// A snapshot's transactional ids, in the strictly ascending order
+/// [`encode_entry`] writes them (a repeated id would hide a corruption).
+fn decode_snapshot(body: &mut Input<'_>) -> Result<BTreeMap<String, TxnMetadata>, TxnError> {
+    let count = body.u32()? as usize;
+    body.need(count.saturating_mul(SNAPSHOT_ITEM_MIN_BYTES))?;
+    let mut transactions = BTreeMap::new();
+    for _ in 0..count {
+        let transactional_id = body.string()?;
+        let metadata = decode_metadata(body)?;
+        if transactions
+            .last_key_value()
+            .is_some_and(|(last, _)| *last >= transactional_id)
+        {
+            return Err(TxnError::RecordUnordered);
+        }
+        transactions.insert(transactional_id, metadata);
+    }
+    Ok(transactions)
 }
 
 fn decode_metadata(body: &mut Input<'_>) -> Result<TxnMetadata, TxnError> {
@@ -277,6 +326,15 @@ mod tests {
             Record::Tombstone {
                 transactional_id: "old".into(),
             },
+            Record::Snapshot {
+                transactions: BTreeMap::from([
+                    ("a".to_owned(), TxnMetadata::fresh(6, 1_000, 2)),
+                    ("b".to_owned(), TxnMetadata::fresh(7, 500, 3)),
+                ]),
+            },
+            Record::Snapshot {
+                transactions: BTreeMap::new(),
+            },
         ]
     }
 
@@ -346,6 +404,38 @@ mod tests {
             decode_entry(&entry_around(1, &body)),
             Err(TxnError::RecordTruncated { .. })
         ));
+    }
+
+    #[test]
+    fn a_snapshot_declaring_more_ids_than_it_holds_fails_without_allocating() {
+        let mut one = BytesMut::new();
+        one.put_u32(u32::MAX);
+        let mut body = BytesMut::new();
+        body.put_u8(KIND_SNAPSHOT);
+        body.put_u32(one.len() as u32);
+        body.put_slice(&one);
+        assert!(matches!(
+            decode_entry(&entry_around(1, &body)),
+            Err(TxnError::RecordTruncated { .. })
+        ));
+    }
+
+    #[test]
+    fn a_snapshot_with_a_repeated_id_is_refused() {
+        let mut one = BytesMut::new();
+        one.put_u32(2);
+        for _ in 0..2 {
+            put_str(&mut one, "same");
+            encode_metadata(&mut one, &TxnMetadata::fresh(1, 100, 0));
+        }
+        let mut body = BytesMut::new();
+        body.put_u8(KIND_SNAPSHOT);
+        body.put_u32(one.len() as u32);
+        body.put_slice(&one);
+        assert_eq!(
+            decode_entry(&entry_around(1, &body)),
+            Err(TxnError::RecordUnordered)
+        );
     }
 
     #[test]

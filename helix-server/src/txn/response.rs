@@ -55,6 +55,9 @@ pub struct Proposal {
     pub id: ProposalId,
     pub partition: StatePartition,
     pub entry: Bytes,
+    /// The entry is a snapshot of the whole view: once it is acknowledged
+    /// the log before it may be deleted.
+    pub compacts: bool,
 }
 
 /// Markers owed to the partitions of a transaction whose Prepare state is

@@ -1,8 +1,8 @@
 //! The transaction coordinator's host inside the broker, the shape of
 //! `group::service` (both follow their partitions' leadership with
-//! `replica::internal::follow_leadership`; their proposal queues differ:
-//! the group host's compacts with snapshots, which has no counterpart here
-//! yet). It owns the [`Coordinator`]
+//! `replica::internal::follow_leadership` and propose through
+//! `replica::internal_queue`, which deletes the log before an acknowledged
+//! snapshot). It owns the [`Coordinator`]
 //! behind a mutex (never held across an await), supplies producer ids from
 //! the controller's blocks, turns proposals into records appended to the
 //! `__transaction_state` partitions (acks=all, the path of Produce),
@@ -49,6 +49,7 @@ use crate::group::service::GroupService;
 use crate::group::wire::NodeAddress;
 use crate::replica::Partition;
 use crate::replica::internal::{self, LeaderLoaded};
+use crate::replica::internal_queue::{self, Queued, SettlesProposals};
 use crate::replica::markers::Marker;
 use crate::topics::{self, Opened, ReplicaFactory, Topic, TopicTable};
 
@@ -57,8 +58,6 @@ pub const TRANSACTIONS_TOPIC: &str = "__transaction_state";
 /// How often deadlines are checked (the coordinator itself looks for
 /// timed-out transactions every `abort_check_interval_ms`).
 const TICK_INTERVAL: Duration = Duration::from_millis(100);
-/// How long a proposal waits for produce backpressure room.
-const PROPOSAL_ROOM_TIMEOUT: Duration = Duration::from_secs(30);
 /// Segment size of a `__transaction_state` partition's WAL: records are small.
 const STATE_SEGMENT_BYTES: u64 = 64 << 20;
 /// Raft group ids of `__transaction_state` partitions ("HELIXT" in the high
@@ -106,8 +105,9 @@ struct Host {
 #[derive(Debug)]
 pub struct TxnService {
     host: Mutex<Host>,
-    /// One ordered proposal queue per `__transaction_state` partition held here.
-    proposers: HashMap<u32, mpsc::UnboundedSender<Proposal>>,
+    /// One ordered proposal queue per `__transaction_state` partition held
+    /// here (`replica::internal_queue`).
+    proposers: HashMap<u32, mpsc::UnboundedSender<Queued<ProposalId>>>,
     /// Every `__transaction_state` partition: its group, replicas and local replica.
     partitions: Vec<topics::TopicPartition>,
     cluster: Arc<ClusterState>,
@@ -220,8 +220,9 @@ impl TxnService {
                 index,
                 partition.clone(),
             ));
-            tokio::spawn(propose(
+            tokio::spawn(internal_queue::propose_in_order(
                 Arc::downgrade(&service),
+                index,
                 partition,
                 rx,
                 backpressure.clone(),
@@ -475,9 +476,20 @@ impl TxnService {
                 }
             }
             for proposal in ready.proposals {
-                let id = proposal.id;
-                let queue = self.proposers.get(&proposal.partition.0);
-                if queue.is_none_or(|q| q.send(proposal).is_err()) {
+                let Proposal {
+                    id,
+                    partition,
+                    entry,
+                    compacts,
+                } = proposal;
+                let queued = Queued {
+                    id,
+                    entry,
+                    compacts,
+                    producer: None,
+                };
+                let queue = self.proposers.get(&partition.0);
+                if queue.is_none_or(|q| q.send(queued).is_err()) {
                     host.coordinator.on_proposal_failed(id);
                 }
             }
@@ -486,10 +498,15 @@ impl TxnService {
             }
         }
     }
+}
 
-    fn settle(&self, id: ProposalId, acknowledged: bool) {
+impl SettlesProposals for TxnService {
+    type ProposalId = ProposalId;
+    type Partition = StatePartition;
+
+    fn settle(&self, id: ProposalId, outcome: std::result::Result<i64, HelixError>) {
         let mut host = self.lock();
-        if acknowledged {
+        if outcome.is_ok() {
             host.coordinator.on_acknowledged(id);
         } else {
             host.coordinator.on_proposal_failed(id);
@@ -621,49 +638,6 @@ impl LeaderLoaded for TxnService {
         host.coordinator.unload(id);
         self.drain(&mut host);
         tracing::info!(partition = %id, "no longer coordinating the partition's transactions");
-    }
-}
-
-/// Proposes one partition's entries in order; a second task reports their
-/// outcomes in the same order, so the view applies them in log order.
-async fn propose(
-    service: Weak<TxnService>,
-    partition: Arc<Partition>,
-    mut proposals: mpsc::UnboundedReceiver<Proposal>,
-    backpressure: Backpressure,
-) {
-    type Outcome = (
-        ProposalId,
-        Option<oneshot::Receiver<crate::batcher::ProduceOutcome>>,
-    );
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Outcome>();
-    let reporter = service.clone();
-    tokio::spawn(async move {
-        while let Some((id, waiting)) = done_rx.recv().await {
-            let acknowledged = match waiting {
-                Some(rx) => matches!(rx.await, Ok(Ok(_))),
-                None => false,
-            };
-            let Some(service) = reporter.upgrade() else {
-                return;
-            };
-            service.settle(id, acknowledged);
-        }
-    });
-    while let Some(proposal) = proposals.recv().await {
-        let waiting = internal::append(
-            &partition,
-            &backpressure,
-            &proposal.entry,
-            PROPOSAL_ROOM_TIMEOUT,
-        )
-        .await;
-        if let Err(error) = &waiting {
-            tracing::warn!(partition = %proposal.partition, %error, "transaction record proposal failed");
-        }
-        if done_tx.send((proposal.id, waiting.ok())).is_err() {
-            return;
-        }
     }
 }
 

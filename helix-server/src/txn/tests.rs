@@ -8,4 +8,5 @@ pub(crate) mod harness;
 mod lifecycle;
 mod replay;
 mod simulation;
+mod snapshots;
 mod transitions;

@@ -1,7 +1,10 @@
 //! A host for the coordinator in tests: numbers requests, hands out
 //! producer ids when asked, collects answers by token and markers owed,
 //! acknowledges proposals (or holds them), and keeps the log of
-//! acknowledged entries so a fresh coordinator can replay it.
+//! acknowledged entries so a fresh coordinator can replay it. As the host
+//! deletes the log before an acknowledged snapshot, every replay here
+//! starts at a partition's last snapshot entry: what came before is never
+//! read again.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +14,7 @@ use crate::config::TxnConfig;
 use crate::txn::coordinator::Coordinator;
 use crate::txn::error::TxnError;
 use crate::txn::metadata::TxnMetadata;
-use crate::txn::record::{Record, encode_entry};
+use crate::txn::record::{Record, decode_entry, encode_entry};
 use crate::txn::request::{AddOffsets, AddPartitions, EndTxn, InitProducerId, TxnRequest};
 use crate::txn::response::{Answer, MarkerWrite, PartitionVerdicts, Proposal};
 use crate::txn::types::{ProducerIdAndEpoch, RequestToken, StatePartition, TopicPartition};
@@ -133,10 +136,22 @@ impl Harness {
     }
 
     fn acknowledge(&mut self, proposal: Proposal) {
+        assert_eq!(
+            proposal.compacts,
+            is_snapshot(&proposal.entry),
+            "a proposal compacts exactly when it is a snapshot"
+        );
         self.log.push((proposal.partition, proposal.entry.clone()));
         self.coordinator.on_acknowledged(proposal.id);
         let live = views(&self.coordinator, self.config.state_partitions);
         self.history.push(live);
+    }
+
+    /// Acknowledges the oldest held proposal only; later ones stay held.
+    pub fn acknowledge_oldest(&mut self) {
+        let proposal = self.held.remove(0);
+        self.acknowledge(proposal);
+        self.pump();
     }
 
     /// Acknowledges every held proposal, in order.
@@ -163,7 +178,7 @@ impl Harness {
             }
         }
         self.coordinator.begin_load(partition);
-        for (_, entry) in self.log.iter().filter(|(at, _)| *at == partition) {
+        for entry in live_log(&self.log, partition) {
             self.coordinator
                 .replay(partition, entry)
                 .expect("log replays");
@@ -367,8 +382,7 @@ impl Harness {
         for p in 0..self.config.state_partitions {
             let partition = StatePartition(p);
             fresh.begin_load(partition);
-            let prefix = self.log[..length].iter();
-            for (_, entry) in prefix.filter(|(at, _)| *at == partition) {
+            for entry in live_log(&self.log[..length], partition) {
                 fresh.replay(partition, entry).expect("log replays");
             }
             fresh.finish_load(partition, 3);
@@ -377,4 +391,28 @@ impl Harness {
         assert!(ready.replies.is_empty() && ready.proposals.is_empty());
         (fresh, ready.markers)
     }
+}
+
+/// Whether `entry` is a snapshot of a partition's whole view.
+pub fn is_snapshot(entry: &[u8]) -> bool {
+    decode_entry(entry).is_ok_and(|records| {
+        records
+            .iter()
+            .any(|record| matches!(record, Record::Snapshot { .. }))
+    })
+}
+
+/// `partition`'s entries of `log` from its last snapshot on: what is left
+/// of its log once the host has deleted what a snapshot holds.
+pub fn live_log(log: &[(StatePartition, Bytes)], partition: StatePartition) -> Vec<&Bytes> {
+    let entries: Vec<&Bytes> = log
+        .iter()
+        .filter(|(at, _)| *at == partition)
+        .map(|(_, entry)| entry)
+        .collect();
+    let start = entries
+        .iter()
+        .rposition(|entry| is_snapshot(entry))
+        .unwrap_or(0);
+    entries[start..].to_vec()
 }

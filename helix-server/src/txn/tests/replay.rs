@@ -1,5 +1,6 @@
 //! Loading after a failover: replaying the acknowledged log rebuilds
-//! exactly the live view, at every prefix, and a transaction found in a
+//! exactly the live view, at every prefix, with or without snapshots
+//! (replay then starts at the last one), and a transaction found in a
 //! Prepare state asks for its markers again.
 
 use super::harness::{Harness, views};
@@ -12,7 +13,15 @@ use crate::txn::state::TxnState;
 /// aborted, fenced mid-transaction with markers outstanding, KIP-360
 /// continued, timed out, open, with a failed proposal in between.
 fn story() -> Harness {
-    let mut h = Harness::new();
+    story_with(crate::config::TxnConfig::default().snapshot_after_records)
+}
+
+/// [`story`] with a snapshot every `snapshot_after_records` records.
+fn story_with(snapshot_after_records: u64) -> Harness {
+    let mut h = Harness::with_config(crate::config::TxnConfig {
+        snapshot_after_records,
+        ..super::harness::config()
+    });
     h.tick(0);
     let ids = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"];
     let mut producers = Vec::new();
@@ -56,12 +65,29 @@ fn story() -> Harness {
     h
 }
 
+/// Snapshot thresholds the replay tests run with: never, after every
+/// record, every few records.
+const SNAPSHOT_EVERY: [u64; 3] = [20_000, 1, 3];
+
 #[test]
 fn replaying_the_acknowledged_log_rebuilds_the_live_view() {
+    for every in SNAPSHOT_EVERY {
+        let h = story_with(every);
+        let live = views(&h.coordinator, h.config.state_partitions);
+        let (fresh, _) = h.replayed();
+        assert_eq!(
+            views(&fresh, h.config.state_partitions),
+            live,
+            "snapshot every {every}"
+        );
+        let snapshots = h
+            .log
+            .iter()
+            .filter(|(_, e)| super::harness::is_snapshot(e))
+            .count();
+        assert_eq!(snapshots > 0, every < 20_000, "snapshot every {every}");
+    }
     let h = story();
-    let live = views(&h.coordinator, h.config.state_partitions);
-    let (fresh, _) = h.replayed();
-    assert_eq!(views(&fresh, h.config.state_partitions), live);
     let states: Vec<TxnState> = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
         .iter()
         .map(|id| h.metadata(id).state)
@@ -81,21 +107,29 @@ fn replaying_the_acknowledged_log_rebuilds_the_live_view() {
 
 #[test]
 fn replaying_every_prefix_of_the_log_rebuilds_the_view_acknowledged_at_that_point() {
-    let h = story();
-    assert_eq!(h.history.len(), h.log.len());
-    for length in 1..=h.log.len() {
-        let (fresh, _) = h.replayed_prefix(length);
-        assert_eq!(
-            views(&fresh, h.config.state_partitions),
-            h.history[length - 1],
-            "prefix of {length} entries"
-        );
+    for every in SNAPSHOT_EVERY {
+        let h = story_with(every);
+        assert_eq!(h.history.len(), h.log.len());
+        for length in 1..=h.log.len() {
+            let (fresh, _) = h.replayed_prefix(length);
+            assert_eq!(
+                views(&fresh, h.config.state_partitions),
+                h.history[length - 1],
+                "prefix of {length} entries, snapshot every {every}"
+            );
+        }
     }
 }
 
 #[test]
 fn a_transaction_in_prepare_on_load_asks_for_its_markers_again() {
-    let h = story();
+    for every in SNAPSHOT_EVERY {
+        prepare_states_ask_for_their_markers_after_a_reload(every);
+    }
+}
+
+fn prepare_states_ask_for_their_markers_after_a_reload(every: u64) {
+    let h = story_with(every);
     let (mut fresh, markers) = h.replayed();
     let owed: Vec<(&str, bool, i32)> = markers
         .iter()

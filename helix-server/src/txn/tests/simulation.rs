@@ -1,8 +1,9 @@
 //! Pseudo-random schedules: requests from current and stale producers,
 //! proposals acknowledged, held, failed or carried across failovers,
-//! markers written late, time moving. Whatever happens, every request is
-//! answered exactly once, nothing panics, and replaying the log rebuilds
-//! the live view.
+//! markers written late, time moving, snapshots taken every few records.
+//! Whatever happens, every request is answered exactly once, nothing
+//! panics, and replaying the log from its last snapshot rebuilds the live
+//! view.
 
 use super::harness::{Harness, views};
 use crate::txn::request::{AddOffsets, TxnRequest};
@@ -114,7 +115,15 @@ fn step(h: &mut Harness, schedule: &mut Schedule, sent: &mut Vec<crate::txn::typ
 fn random_schedules_answer_every_request_once_and_replay_to_the_live_view() {
     for seed in 1..=40u64 {
         let mut schedule = Schedule(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let mut h = Harness::new();
+        // Seeds alternate between no snapshot and one every 1 to 8 records.
+        let snapshot_after_records = match seed % 2 {
+            0 => 1 + schedule.below(8),
+            _ => 20_000,
+        };
+        let mut h = Harness::with_config(crate::config::TxnConfig {
+            snapshot_after_records,
+            ..super::harness::config()
+        });
         let mut sent = Vec::new();
         for _ in 0..300 {
             step(&mut h, &mut schedule, &mut sent);
@@ -133,6 +142,14 @@ fn random_schedules_answer_every_request_once_and_replay_to_the_live_view() {
         assert!(h.markers.is_empty(), "seed {seed}: markers still owed");
         let (fresh, owed) = h.replayed();
         assert!(owed.is_empty(), "seed {seed}: a Prepare state left behind");
+        if snapshot_after_records < 20_000 {
+            assert!(
+                h.log
+                    .iter()
+                    .any(|(_, entry)| super::harness::is_snapshot(entry)),
+                "seed {seed}: no snapshot taken"
+            );
+        }
         assert_eq!(
             views(&fresh, h.config.state_partitions),
             views(&h.coordinator, h.config.state_partitions),
