@@ -11,7 +11,8 @@ import struct
 import time
 import uuid
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 import harness
 import kwire
@@ -44,17 +45,24 @@ def watermarks(bootstrap: str, topic: str, partitions: int, history: History,
 
 
 def final_read(bootstrap: str, topic: str, partitions: int, history: History,
-               timeout_s: float = READ_TIMEOUT_S) -> None:
+               timeout_s: float = READ_TIMEOUT_S, isolation: str = "read_committed",
+               key=lambda topic, p: p) -> None:
+    """Reads every partition from its log start to its high watermark at
+    `isolation`; one ``final-read`` op per partition, placed by
+    ``key(topic, p)`` (the partition number by default). A partition's end
+    (EOF) counts as read up to its offset: a read_committed reader passes
+    aborted records and control markers without returning them."""
     try:
         marks = watermarks(bootstrap, topic, partitions, history)
     except KafkaException as e:  # nothing readable: every partition's final read is incomplete
         for p in range(partitions):
             history.add("final", INFO, "final-read", {"log_start": None, "high_watermark": None, "next_offset": 0,
-                                                      "records": [], "errors": [str(e)]}, partition=p)
+                                                      "records": [], "errors": [str(e)]},
+                        partition=key(topic, p), isolation=isolation)
         return
     c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"final-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "auto.offset.reset": "error",
-                  "enable.partition.eof": True})
+                  "enable.partition.eof": True, "isolation.level": isolation})
     try:
         records: dict[int, list] = {p: [] for p in range(partitions)}
         nxt = {p: low for p, (low, _) in marks.items()}
@@ -67,7 +75,9 @@ def final_read(bootstrap: str, topic: str, partitions: int, history: History,
                 if err is None:
                     records[m.partition()].append([m.offset(), m.value().decode()])
                     nxt[m.partition()] = m.offset() + 1
-                elif err.code() != KafkaError._PARTITION_EOF and len(errors) < 10:
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    nxt[m.partition()] = max(nxt[m.partition()], m.offset())
+                elif len(errors) < 10:
                     errors.append(str(err))
     finally:
         close_within(c, "final read")
@@ -76,7 +86,20 @@ def final_read(bootstrap: str, topic: str, partitions: int, history: History,
         done = nxt[p] >= high
         history.add("final", OK if done else INFO, "final-read",
                     {"log_start": low, "high_watermark": high, "next_offset": nxt[p],
-                     "records": records[p], "errors": errors}, partition=p)
+                     "records": records[p], "errors": errors}, partition=key(topic, p), isolation=isolation)
+
+
+def topic_dirs(bootstrap: str, topics: list[str], timeout_s: float = 15.0) -> dict[str, str]:
+    """name -> the directory a node stores the topic under (its topic id,
+    32 hex digits), from DescribeTopics."""
+    mask = (1 << 64) - 1
+    admin = AdminClient({"logger": LOG, "bootstrap.servers": bootstrap})
+    futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
+    out = {}
+    for name, f in futures.items():
+        u = f.result(timeout=timeout_s).topic_id
+        out[name] = f"{u.get_most_significant_bits() & mask:016x}{u.get_least_significant_bits() & mask:016x}"
+    return out
 
 
 def _metric(text: str, name: str, topic: str) -> dict[int, float]:
