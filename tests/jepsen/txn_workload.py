@@ -41,6 +41,8 @@ MESSAGE_TIMEOUT_MS = 15_000
 # Longest any one transactional call (init, flush, commit, abort) waits.
 CALL_TIMEOUT_S = 20.0
 ABORT_P = 0.25
+# Pause between init_transactions attempts while no coordinator answers.
+INIT_RETRY_S = 0.5
 
 
 def key_of(topic: str, partition: int) -> str:
@@ -122,7 +124,7 @@ class TxnProducer(Client):
                 if err.fatal():
                     producer = self._replace(producer)
                 else:
-                    time.sleep(0.5)
+                    time.sleep(INIT_RETRY_S)
 
     def body(self) -> None:
         try:
@@ -161,8 +163,8 @@ class TxnProducer(Client):
         committing = False
 
         def done(type_: str, outcome: str, **extra) -> None:
-            self.history.complete(inv, type_, {"id": txn_id, "writes": writes, "end": end, "offsets": offsets,
-                                               "outcome": outcome, "errors": errors, **extra})
+            self.history.complete(inv, type_, {"id": txn_id, "writes": writes, "end": end, "offsets": list(offsets),
+                                               "outcome": outcome, "errors": list(errors), **extra})
 
         try:
             producer.begin_transaction()
@@ -186,7 +188,9 @@ class TxnProducer(Client):
             errors.append(repr(e))
             # Never committed unless commit_transaction was called.
             done(INFO if committing else FAIL, "indeterminate" if committing else "aborted")
-            if isinstance(e, KafkaException) and not committing and e.args[0].txn_requires_abort():
+            # An abortable error: abort (the outcome of a commit stays
+            # indeterminate; an abort after a commit was sent may refuse).
+            if isinstance(e, KafkaException) and e.args[0].txn_requires_abort():
                 try:
                     self._abort(producer, errors)
                     return
