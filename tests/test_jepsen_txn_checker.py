@@ -94,6 +94,8 @@ def test_G1a_a_consumer_reads_a_value_of_an_aborted_transaction():
     s.poll("assign-1", [("a/0", 2, "t1-0")])
     r = s.check()
     assert r.counts["G1a"] == 1 and r.cases["G1a"][0]["txn"] == "t1", r.to_json()
+    # t1's other value stays hidden, as an aborted transaction's should.
+    assert r.counts["lost-write"] == 0 and r.counts["torn-transaction"] == 0, r.to_json()
 
 
 def test_G1a_the_read_committed_final_read_holds_an_aborted_value():
