@@ -644,13 +644,15 @@ def parse_offset_commit(r: Reader, version: int) -> int:
     return errs[0]
 
 
-def find_coordinator(conn: Conn, group: str, timeout: float = 60.0) -> tuple[int, str, int]:
-    """FindCoordinator v1-v2 (non-flexible) for a group, retried while the coordinator loads
-    (Kafka creates its offsets topic on the first request). Returns (node, host, port)."""
+def find_coordinator(conn: Conn, group: str, timeout: float = 60.0,
+                     key_type: int = 0) -> tuple[int, str, int]:
+    """FindCoordinator v1-v2 (non-flexible) for a group (key type 0) or a
+    transactional id (1), retried while the coordinator loads (Kafka creates
+    its offsets topic on the first request). Returns (node, host, port)."""
     v = conn.pick_version(API_FIND_COORDINATOR, 1, 2)
     deadline = time.monotonic() + timeout
     while True:
-        r = conn.request(API_FIND_COORDINATOR, v, string(group) + struct.pack(">b", 0))
+        r = conn.request(API_FIND_COORDINATOR, v, string(group) + struct.pack(">b", key_type))
         r.i32()
         err = r.i16()
         r.string()

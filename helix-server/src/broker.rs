@@ -24,6 +24,7 @@ use crate::host::{HostSettings, ReplicaHost};
 use crate::replica::raft::RaftSettings;
 use crate::topics::{LogShared, ReplicaFactory, TopicTable};
 use crate::transport::{Transport, TransportConfig};
+use crate::txn::peer::{CALL_TXN, TxnCalls};
 
 /// How often retention is applied to every partition.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
@@ -96,6 +97,7 @@ impl Broker {
         // The transport runs before any group does: a node deciding how it
         // starts asks its peers, and answers theirs, first (ADR 0018).
         let controller_calls = Arc::new(ForwardedCalls::default());
+        let txn_calls = Arc::new(TxnCalls::default());
         let peers = Arc::new(PeerHandler::new(
             host.clone(),
             cluster.clone(),
@@ -106,6 +108,7 @@ impl Broker {
                     standing.clone() as Arc<dyn CallService>,
                 ),
                 (CALL_CONTROLLER_SUBMIT, controller_calls.clone()),
+                (CALL_TXN, txn_calls.clone()),
             ],
         ));
         let transport = match (&config.cluster, link_to) {
@@ -187,9 +190,11 @@ impl Broker {
             &backpressure,
             &topics,
             &producer_ids,
+            &link,
         )
         .await?;
         topics.insert(txn.internal_topic());
+        txn_calls.set(&txn);
         standing.set_opened();
         controller_calls.set(controller.clone());
         cluster.set_liveness(link.clone());

@@ -19,6 +19,8 @@ mod lease_tests;
 mod refusal_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -527,28 +527,3 @@ fn a_node_whose_connections_to_a_majority_broke_is_cut_off_before_they_fall_sile
     assert!(cluster.hears_majority(), "heard again: a member again");
     assert_eq!(offered(&cluster), vec![1, 2, 3]);
 }
-
-/// Transactions are served on a single node only (issue 32 step 3): a
-/// cluster's nodes answer FindCoordinator for a transactional id
-/// COORDINATOR_NOT_AVAILABLE, as before, while groups are served.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_answers_no_transaction_coordinator_yet() {
-    use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
-    use kafka_protocol::protocol::{Decodable, StrBytes};
-    let c = TestCluster::start(3).await;
-    wait_until("a group coordinator", || {
-        futures_now(coordinator(c.broker(1), "g")).is_some()
-    })
-    .await;
-    for id in c.ids() {
-        let req = FindCoordinatorRequest::default()
-            .with_key(StrBytes::from_static_str("tx"))
-            .with_key_type(1);
-        let mut out =
-            crate::kafka::tests::roundtrip(c.broker(id), ApiKey::FindCoordinator, 3, &req.into())
-                .await;
-        let resp = FindCoordinatorResponse::decode(&mut out, 3).expect("decode");
-        assert_eq!(resp.error_code, 15, "node {id}");
-    }
-    c.close().await;
-}

@@ -98,6 +98,30 @@ impl TxnError {
             self.code()
         }
     }
+
+    /// The Produce error for a transactional batch whose partition the
+    /// coordinator does not confirm in the producer's transaction (Kafka
+    /// 3.9's answers to a failed verification): not in the transaction,
+    /// INVALID_TXN_STATE; an old epoch, INVALID_PRODUCER_EPOCH; the
+    /// coordinator loading, moving or elsewhere, NOT_ENOUGH_REPLICAS
+    /// (retriable).
+    pub fn produce_code(self) -> i16 {
+        match self {
+            TxnError::TransactionAbortable | TxnError::InvalidTxnState => {
+                ResponseError::InvalidTxnState.code()
+            }
+            TxnError::ProducerFenced | TxnError::InvalidProducerEpoch => {
+                ResponseError::InvalidProducerEpoch.code()
+            }
+            TxnError::InvalidProducerIdMapping | TxnError::TransactionalIdNotFound => {
+                ResponseError::InvalidProducerIdMapping.code()
+            }
+            TxnError::NotCoordinator
+            | TxnError::LoadInProgress
+            | TxnError::ConcurrentTransactions => ResponseError::NotEnoughReplicas.code(),
+            other => other.code(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -117,5 +141,15 @@ mod tests {
             TxnError::ConcurrentTransactions.code_at(ApiKey::EndTxn, 0),
             51
         );
+    }
+
+    #[test]
+    fn produce_codes_follow_kafkas_verification_answers() {
+        assert_eq!(TxnError::TransactionAbortable.produce_code(), 48);
+        assert_eq!(TxnError::ProducerFenced.produce_code(), 47);
+        assert_eq!(TxnError::InvalidProducerIdMapping.produce_code(), 49);
+        // Retriable while the coordinator loads or moves.
+        assert_eq!(TxnError::LoadInProgress.produce_code(), 19);
+        assert_eq!(TxnError::NotCoordinator.produce_code(), 19);
     }
 }

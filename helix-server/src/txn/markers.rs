@@ -1,18 +1,20 @@
 //! Writing a transaction's markers (the coordinator's `MarkerWrite`
-//! effects): to the local leader replica of each data partition
-//! (`Partition::write_marker`), retried on NOT_LEADER with a backoff, then
-//! reported to the coordinator so it completes the transaction. A data
-//! partition led by another node cannot be reached yet (there is no peer
-//! call for it): its markers are retried and logged, and the transaction
-//! stays in its Prepare state until this node leads it (issue 32, the
-//! cluster step).
+//! effects): to each data partition's leader, through the local replica
+//! (`Partition::write_marker`) or the leader's node (`txn::peer`), retried
+//! with a backoff while no leader takes it, then reported to the
+//! coordinator so it completes the transaction. The attempts stop when
+//! this node stops coordinating the transaction: the next coordinator asks
+//! for the same markers again when it loads the partition.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use helix_raft::NodeId;
+
 use super::response::MarkerWrite;
 use super::types::{StatePartition, TopicPartition};
 use crate::clock::now_ms;
+use crate::cluster::peers::PeerLink;
 use crate::error::HelixError;
 use crate::group::service::GROUPS_TOPIC;
 use crate::replica::Partition;
@@ -28,11 +30,21 @@ const MARKER_WARN_EVERY: u32 = 50;
 pub(super) trait MarkerHost: Send + Sync + 'static {
     /// Whether this node still coordinates `partition` at `epoch`.
     fn still_coordinates(&self, partition: StatePartition, epoch: i32) -> bool;
-    /// The data partition `tp`: `None` when its topic or partition is gone,
-    /// `Some(None)` when no replica of it is on this node.
-    fn data_partition(&self, tp: &TopicPartition) -> Option<Option<Arc<Partition>>>;
+    /// Where `tp`'s marker goes now; `None` when its topic or partition is
+    /// gone.
+    fn route(&self, tp: &TopicPartition) -> Option<Route>;
     /// Every marker of `markers` is written.
     fn markers_written(&self, markers: &MarkerWrite);
+}
+
+/// Where a data partition's marker is written.
+pub(super) enum Route {
+    /// Through this node's replica, which leads.
+    Local(Arc<Partition>),
+    /// Through the leader's node.
+    Remote(NodeId, Arc<dyn PeerLink>),
+    /// No leader is known yet.
+    Unknown,
 }
 
 /// What became of one partition's marker.
@@ -113,20 +125,24 @@ async fn write_marker<H: MarkerHost>(
     let mut backoff = MARKER_BACKOFF_MIN;
     let mut attempts: u32 = 0;
     loop {
-        let replica = {
+        let route = {
             let s = service.upgrade()?;
             if !s.still_coordinates(partition, coordinator_epoch) {
                 return None;
             }
-            let Some(replica) = s.data_partition(&tp) else {
+            let Some(route) = s.route(&tp) else {
                 // Deleted: nothing to end there (Kafka skips it too).
                 return Some(MarkerOutcome::Done);
             };
-            replica
+            route
         };
-        let outcome = match &replica {
-            Some(p) => p.write_marker(marker).await,
-            None => Err(HelixError::NotLeader),
+        let (outcome, to) = match route {
+            Route::Local(p) => (p.write_marker(marker).await.map(|_| ()), None),
+            Route::Remote(node, link) => (
+                super::peer::write_marker(link, node, &tp, marker).await,
+                Some(node),
+            ),
+            Route::Unknown => (Err(HelixError::NotLeader), None),
         };
         match outcome {
             Ok(_) => return Some(MarkerOutcome::Done),
@@ -136,10 +152,8 @@ async fn write_marker<H: MarkerHost>(
             Err(error) => {
                 attempts += 1;
                 if attempts % MARKER_WARN_EVERY == 1 {
-                    let remote = replica.is_none();
-                    tracing::warn!(topic = %tp.topic, partition = tp.partition, %error, attempts, remote,
-                        "transaction marker not written yet; retrying (a partition led by another \
-                         node cannot be reached yet: issue 32's cluster step)");
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, %error, attempts,
+                        leader = ?to.map(|n| n.0), "transaction marker not written yet; retrying");
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MARKER_BACKOFF_MAX);

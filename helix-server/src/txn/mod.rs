@@ -25,6 +25,7 @@ mod init;
 mod markers;
 mod metadata;
 mod ongoing;
+pub mod peer;
 mod record;
 mod request;
 mod response;

@@ -22,19 +22,21 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use helix_raft::{GroupId, Role};
+use helix_raft::{GroupId, NodeId, Role};
 use helix_wal::LogConfig;
 use tokio::sync::{mpsc, oneshot};
 
 use super::coordinator::Coordinator;
 use super::error::TxnError;
-use super::markers::MarkerHost;
+use super::markers::{MarkerHost, Route};
+use super::peer;
 use super::request::{AddPartitions, EndTxn, InitProducerId, TxnRequest};
 use super::response::{Answer, MarkerWrite, Proposal, Reply};
 use super::types::{ProducerIdAndEpoch, ProposalId, RequestToken, StatePartition, TopicPartition};
 use crate::budget::Backpressure;
 use crate::clock::now_ms_unsigned;
 use crate::cluster::ClusterState;
+use crate::cluster::peers::LinkSlot;
 use crate::config::TxnConfig;
 use crate::controller::placement;
 use crate::controller::producer_ids::ProducerIds;
@@ -42,6 +44,7 @@ use crate::error::{HelixError, Result};
 use crate::group::wire::NodeAddress;
 use crate::replica::Partition;
 use crate::replica::internal::{self, LeaderLoaded};
+use crate::replica::markers::Marker;
 use crate::topics::{self, Opened, ReplicaFactory, Topic, TopicTable};
 
 /// Kafka's name of the internal topic holding transaction records.
@@ -103,8 +106,11 @@ pub struct TxnService {
     /// Every `__transaction_state` partition: its group, replicas and local replica.
     partitions: Vec<topics::TopicPartition>,
     cluster: Arc<ClusterState>,
-    /// Where markers are written (the data partitions' local replicas).
+    /// The data partitions markers are written to (through their local
+    /// replicas when this node leads them).
     topics: Arc<TopicTable>,
+    /// Peers, for markers and verifications on other nodes (`txn::peer`).
+    link: Arc<LinkSlot>,
     producer_ids: Arc<ProducerIds>,
     state_partitions: u32,
     topic_id: uuid::Uuid,
@@ -121,6 +127,7 @@ impl TxnService {
         backpressure: &Backpressure,
         topics: &Arc<TopicTable>,
         producer_ids: &Arc<ProducerIds>,
+        link: &Arc<LinkSlot>,
     ) -> Result<Arc<TxnService>> {
         let config: TxnConfig = factory.config.transactions.clone();
         let data_dir = factory.config.data_dir.clone();
@@ -185,6 +192,7 @@ impl TxnService {
             partitions,
             cluster: cluster.clone(),
             topics: topics.clone(),
+            link: link.clone(),
             producer_ids: producer_ids.clone(),
             state_partitions: count,
             topic_id: internal_topic_id(),
@@ -231,19 +239,15 @@ impl TxnService {
     /// The node coordinating `transactional_id`: the leader of its
     /// `__transaction_state` partition (`abs(hash(id)) % n`, Kafka's rule).
     ///
-    /// Only on a single node for now: markers cannot yet reach a data
-    /// partition led by another node, so a cluster answers
-    /// COORDINATOR_NOT_AVAILABLE as before transactions were served (a
-    /// client's `init_transactions` times out instead of a commit hanging
-    /// in PrepareCommit).
+    /// A node that does not hear a majority answers none (the client asks
+    /// again, elsewhere).
     pub fn coordinator_of(&self, transactional_id: &str) -> Option<NodeAddress> {
-        if self.cluster.member_ids().len() > 1 || !self.cluster.hears_majority() {
+        if !self.cluster.hears_majority() {
             return None;
         }
-        let index = super::types::state_partition_for(transactional_id, self.state_partitions);
-        let p = self.partitions.get(index.0 as usize)?;
-        let leader = self.cluster.leadership(p.group, p.local.as_deref())?.leader;
-        let m = self.cluster.member(leader)?;
+        let m = self
+            .cluster
+            .member(self.coordinating_node(transactional_id)?)?;
         Some(NodeAddress {
             node_id: i32::try_from(m.id.0).ok()?,
             host: m.host.clone(),
@@ -307,12 +311,54 @@ impl TxnService {
         }
     }
 
+    /// The node leading `transactional_id`'s `__transaction_state`
+    /// partition, as this node knows it.
+    fn coordinating_node(&self, transactional_id: &str) -> Option<NodeId> {
+        let index = super::types::state_partition_for(transactional_id, self.state_partitions);
+        let p = self.partitions.get(index.0 as usize)?;
+        Some(self.cluster.leadership(p.group, p.local.as_deref())?.leader)
+    }
+
     /// Whether `partition` is in the ongoing transaction of this producer id
     /// and epoch (KIP-890 part 1, asked before a transactional batch is
-    /// appended). Reads acknowledged state only, on this node: a
-    /// transactional id coordinated elsewhere is NOT_COORDINATOR (issue 32,
-    /// the cluster step).
+    /// appended), asked of the transactional id's coordinator wherever it
+    /// is. `Err` is the Produce error code.
     pub async fn verify(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partition: TopicPartition,
+    ) -> std::result::Result<(), i16> {
+        let not_available = kafka_protocol::ResponseError::NotEnoughReplicas.code();
+        match self.coordinating_node(transactional_id) {
+            Some(node) if node == self.cluster.me => {
+                self.verify_local(transactional_id, producer_id, epoch, partition)
+                    .await
+            }
+            Some(node) => {
+                let link = self.link.link().ok_or(not_available)?;
+                peer::verify(link, node, transactional_id, producer_id, epoch, &partition).await
+            }
+            None => Err(not_available),
+        }
+    }
+
+    /// [`Self::verify`] answered from this node's coordinator alone (a
+    /// transactional id it does not coordinate is NOT_COORDINATOR).
+    pub(super) async fn verify_local(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partition: TopicPartition,
+    ) -> std::result::Result<(), i16> {
+        self.ask_verify(transactional_id, producer_id, epoch, partition)
+            .await
+            .map_err(TxnError::produce_code)
+    }
+
+    async fn ask_verify(
         &self,
         transactional_id: &str,
         producer_id: i64,
@@ -461,12 +507,41 @@ impl MarkerHost for TxnService {
             })
     }
 
-    fn data_partition(&self, tp: &TopicPartition) -> Option<Option<Arc<Partition>>> {
+    /// Through the local replica when it leads (or no leader is known and it
+    /// may be elected here), else through the leader's node.
+    fn route(&self, tp: &TopicPartition) -> Option<Route> {
         let topic = self.topics.get(&tp.topic)?;
-        if tp.partition < 0 || tp.partition as usize >= topic.partitions.len() {
-            return None;
+        let p = usize::try_from(tp.partition)
+            .ok()
+            .and_then(|i| topic.partitions.get(i))?;
+        if let Some(local) = &p.local
+            && local.leadership().role == Role::Leader
+        {
+            return Some(Route::Local(local.clone()));
         }
-        Some(topic.local(tp.partition).ok().cloned())
+        let leader = self.cluster.leadership(p.group, p.local.as_deref());
+        Some(match (leader, self.link.link()) {
+            (Some(l), Some(link)) if l.leader != self.cluster.me => Route::Remote(l.leader, link),
+            _ => Route::Unknown,
+        })
+    }
+}
+
+impl TxnService {
+    /// A peer's marker for `tp` ([`peer`]): written only if this node
+    /// leads the partition.
+    pub(super) async fn write_local_marker(
+        &self,
+        tp: &TopicPartition,
+        marker: Marker,
+    ) -> Result<()> {
+        let topic = self
+            .topics
+            .get(&tp.topic)
+            .ok_or(HelixError::UnknownTopicOrPartition)?;
+        let partition = topic.local(tp.partition)?.clone();
+        drop(topic);
+        partition.write_marker(marker).await.map(|_| ())
     }
 }
 

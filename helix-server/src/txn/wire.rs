@@ -200,33 +200,11 @@ pub async fn end_txn(service: &TxnService, req: EndTxnRequest, version: i16) -> 
     resp
 }
 
-/// The Produce error for a transactional batch whose partition the
-/// coordinator does not confirm in the producer's transaction (Kafka 3.9's
-/// answers to a failed verification): not in the transaction,
-/// INVALID_TXN_STATE; an old epoch, INVALID_PRODUCER_EPOCH; the coordinator
-/// loading, moving or elsewhere, NOT_ENOUGH_REPLICAS (retriable).
-pub fn produce_error(error: TxnError) -> i16 {
-    match error {
-        TxnError::TransactionAbortable | TxnError::InvalidTxnState => {
-            ResponseError::InvalidTxnState.code()
-        }
-        TxnError::ProducerFenced | TxnError::InvalidProducerEpoch => {
-            ResponseError::InvalidProducerEpoch.code()
-        }
-        TxnError::InvalidProducerIdMapping | TxnError::TransactionalIdNotFound => {
-            ResponseError::InvalidProducerIdMapping.code()
-        }
-        TxnError::NotCoordinator | TxnError::LoadInProgress | TxnError::ConcurrentTransactions => {
-            ResponseError::NotEnoughReplicas.code()
-        }
-        other => other.code(),
-    }
-}
-
 /// Whether a transactional batch of `producer_id` and `epoch` may be
-/// appended to `topic`'s `partition`: the coordinator (on this node) must
-/// hold the partition in the producer's ongoing transaction at that epoch.
-/// Otherwise the Produce error code for it ([`produce_error`]).
+/// appended to `topic`'s `partition`: the transactional id's coordinator
+/// (on this node or another) must hold the partition in the producer's
+/// ongoing transaction at that epoch. Otherwise the Produce error code for
+/// it ([`TxnError::produce_code`]).
 pub async fn verify_produce(
     service: &TxnService,
     transactional_id: &str,
@@ -243,7 +221,6 @@ pub async fn verify_produce(
             TopicPartition::new(topic, partition),
         )
         .await
-        .map_err(produce_error)
 }
 
 #[cfg(test)]
@@ -251,16 +228,6 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
-
-    #[test]
-    fn produce_errors_follow_kafkas_verification_answers() {
-        assert_eq!(produce_error(TxnError::TransactionAbortable), 48);
-        assert_eq!(produce_error(TxnError::ProducerFenced), 47);
-        assert_eq!(produce_error(TxnError::InvalidProducerIdMapping), 49);
-        // Retriable while the coordinator loads or moves.
-        assert_eq!(produce_error(TxnError::LoadInProgress), 19);
-        assert_eq!(produce_error(TxnError::NotCoordinator), 19);
-    }
 
     #[test]
     fn find_coordinator_answers_transactional_ids_at_every_version() {
