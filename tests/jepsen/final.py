@@ -25,11 +25,15 @@ SETTLE_TIMEOUT_S = 60.0
 
 
 def watermarks(bootstrap: str, topic: str, partitions: int, history: History,
-               timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
+               timeout_s: float = 60.0, isolation: str = "read_uncommitted") -> dict[int, tuple[int, int]]:
     """Low and high watermark of every partition, asked again (bounded)
     while a node answers without the partition; each refusal is noted in
-    the history (``watermarks`` info: a healed cluster should not)."""
-    c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"marks-{uuid.uuid4().hex[:8]}"})
+    the history (``watermarks`` info: a healed cluster should not). Asked
+    at read_uncommitted: at read_committed ListOffsets answers the last
+    stable offset instead of the high watermark (the same without
+    transactions)."""
+    c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"marks-{uuid.uuid4().hex[:8]}",
+                  "isolation.level": isolation})
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -81,12 +85,22 @@ def final_read(bootstrap: str, topic: str, partitions: int, history: History,
                     errors.append(str(err))
     finally:
         close_within(c, "final read")
+    stable: dict = {}
+    if isolation == "read_committed" and any(nxt[p] < marks[p][1] for p in nxt):
+        # Where a read_committed read stopped short, what the broker gives
+        # as the last stable offset says why (a transaction it holds open).
+        try:
+            stable = {p: high for p, (_, high) in watermarks(bootstrap, topic, partitions, history,
+                                                             isolation="read_committed").items()}
+        except KafkaException as e:
+            errors.append(f"last stable offset: {e}")
     for p in range(partitions):
         low, high = marks[p]
         done = nxt[p] >= high
+        extra = {"last_stable_offset": stable[p]} if not done and p in stable else {}
         history.add("final", OK if done else INFO, "final-read",
                     {"log_start": low, "high_watermark": high, "next_offset": nxt[p],
-                     "records": records[p], "errors": errors}, partition=key(topic, p), isolation=isolation)
+                     "records": records[p], "errors": errors, **extra}, partition=key(topic, p), isolation=isolation)
 
 
 def topic_dirs(bootstrap: str, topics: list[str], timeout_s: float = 15.0) -> dict[str, str]:
