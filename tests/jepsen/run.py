@@ -389,6 +389,8 @@ def violations(report: dict, per_anomaly: int = 3) -> str:
         for case in result.cases[name][:per_anomaly]:
             out.append(f"  case {json.dumps({k: v for k, v in case.items() if k != 'index'})[:400]}")
             out.append(format_ops(around(ops, case["index"], case.get("partition"))))
+            if case.get("writer_index") is not None:  # G1a: also where the writer ended
+                out.append("  writer:\n" + format_ops(around(ops, case["writer_index"], case.get("partition"))))
     return "\n".join(out)
 
 
