@@ -6,7 +6,7 @@ on its own is reported under its name."""
 from __future__ import annotations
 
 from jepsen import txn_checker
-from jepsen.history import FAIL, INFO, INVOKE, OK, History
+from jepsen.history import FAIL, INFO, INVOKE, OK, History, around
 
 RC, RU = "read_committed", "read_uncommitted"
 
@@ -244,3 +244,12 @@ def test_every_anomaly_name_has_a_planted_test():
     tests = {name for name in globals() if name.startswith("test_")}
     missing = [n for n in names if not any(t.startswith(f"test_{n}") for t in tests)]
     assert not missing, missing
+
+
+def test_the_history_around_a_G1a_shows_the_aborted_writer():
+    s = clean_story()
+    s.poll("assign-1", [("a/0", 2, "t1-0")])
+    case = s.check().cases["G1a"][0]
+    near = around(s.h.ops, case["writer_index"], case["partition"])
+    # Its invocation too, found by partition (the completion is the centre).
+    assert any(op["f"] == "txn" and op["value"]["id"] == "t1" and op["type"] == INVOKE for op in near), near
