@@ -190,6 +190,19 @@ def test_poll_skip_a_consumer_jumps_over_a_committed_value():
     assert r.counts["poll-skip"] == 1 and r.cases["poll-skip"][0]["skipped"] == [2], r.to_json()
 
 
+def test_skipping_an_aborted_value_another_consumer_read_is_G1a_not_poll_skip():
+    """Seed 29 on 3 nodes: one consumer skipped an aborted transaction (right),
+    another read it (G1a): the skip is no anomaly of its own."""
+    s = clean_story()
+    s.poll("assign-1", [("a/0", 0, "t0-0"), ("a/0", 2, "t1-0")])  # G1a
+    s.h.add("assign-2", OK, "assign", "from-beginning", partitions=["a/0"])
+    s.txn("txn-0", "t7", [("a/0", "t7-0", 6)], OK)
+    s.poll("assign-2", [("a/0", 0, "t0-0")])
+    s.poll("assign-2", [("a/0", 6, "t7-0")])  # past the aborted t1-0 at 2
+    r = s.check()
+    assert r.counts["G1a"] == 1 and r.counts["poll-skip"] == 0, r.to_json()
+
+
 def test_skipping_markers_and_aborted_records_is_no_poll_skip():
     r = clean_story().check()  # assign-0 went a/1 0 -> 2 and b/0 0 -> 2
     assert r.counts["poll-skip"] == 0 and r.counts["nonmonotonic-poll"] == 0

@@ -28,7 +28,8 @@ either way, but then wholly.
   backwards or repeat, with no assign/subscribe/rebalance in between.
 - ``poll-skip``: one consumer's successive reads of a partition jump over an
   offset holding a value some read_committed reader returned (a committed
-  value), with no assign/subscribe/rebalance in between.
+  value; not one of an aborted transaction, whose read is G1a), with no
+  assign/subscribe/rebalance in between.
 - ``final-read-incomplete``: a final read (either isolation) did not reach
   the high watermark.
 - ``replica-divergence``: replicas of one partition store different bytes.
@@ -194,9 +195,13 @@ def _placements(ops: list[dict], txns: dict[str, Txn], r: checker.Result) -> Non
         if len(places) > 1:
             k, o = min(places)
             r.add("duplicate", k, value=v, at=sorted(places), index=min(log[k2][o2][v] for k2, o2 in places))
+    # Values some read_committed reader returned, less those of aborted
+    # transactions: skipping one of those is right (reading it is G1a).
+    aborted = {v for t in txns.values() if t.type == FAIL for _, v in t.writes}
     committed_log: dict = defaultdict(dict)
     for k, o, v, op in committed_reads(ops):
-        committed_log[k].setdefault(o, {v: op["index"]})
+        if v not in aborted:
+            committed_log[k].setdefault(o, {v: op["index"]})
     consumer_ops = [op for op in ops if not (op["f"] == "final-read" and op.get("isolation") != "read_committed")]
     checker._poll_order(consumer_ops, committed_log, {}, r)
 
