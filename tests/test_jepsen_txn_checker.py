@@ -5,7 +5,9 @@ on its own is reported under its name."""
 
 from __future__ import annotations
 
-from jepsen import txn_checker
+import json
+
+from jepsen import final, txn_checker
 from jepsen.history import FAIL, INFO, INVOKE, OK, History, around
 
 RC, RU = "read_committed", "read_uncommitted"
@@ -230,6 +232,19 @@ def test_replica_divergence():
     assert s.check().counts["replica-divergence"] == 1
 
 
+def test_txn_index_divergence_replicas_hold_different_aborted_transactions():
+    s = clean_story()
+    s.h.add("final", OK, "txn-index", {"covers": {"1": 4, "2": 4, "3": 4}, "comparable": True, "identical": True},
+            partition="a/0")
+    assert s.check().counts["txn-index-divergence"] == 0
+    s.h.add("final", OK, "txn-index", {"covers": {"1": 4, "2": 4, "3": 4}, "comparable": True, "identical": False,
+                                       "aborted_lacking": {"2": [[1000, 2, 3]]}}, partition="a/0")
+    s.h.add("final", OK, "txn-index", {"covers": {"1": 4, "2": 3}, "comparable": False, "errors": {}},
+            partition="a/1")  # snapshots of different ends: told, not compared
+    r = s.check()
+    assert r.counts["txn-index-divergence"] == 1 and r.cases["txn-index-divergence"][0]["partition"] == "a/0"
+
+
 def test_indeterminate_counts_transactions_whose_outcome_is_unknown():
     assert clean_story().check().counts["indeterminate"] == 2
 
@@ -266,3 +281,40 @@ def test_the_history_around_a_G1a_shows_the_aborted_writer():
     near = around(s.h.ops, case["writer_index"], case["partition"])
     # Its invocation too, found by partition (the completion is the centre).
     assert any(op["f"] == "txn" and op["value"]["id"] == "t1" and op["type"] == INVOKE for op in near), near
+
+
+class StoppedCluster:
+    """Just enough of HelixCluster for final.compare_txn_indexes."""
+
+    def __init__(self, root):
+        self.root = root
+        self.nodes = [type("N", (), {"id": i})() for i in (1, 2, 3)]
+
+    def wal_dirs(self, node, topic_dir):
+        base = self.root / f"node{node.id}" / topic_dir
+        return {int(p.name): p / "wal" for p in base.iterdir()} if base.exists() else {}
+
+
+def snapshot(covers: int, aborted: list[tuple[int, int, int]], open_txns=()) -> str:
+    return json.dumps({"covers": covers, "producers": {
+        "aborted": [{"producer_id": pid, "first_offset": a, "last_offset": b} for pid, a, b in aborted],
+        "open_txns": [list(o) for o in open_txns]}})
+
+
+def test_txn_indexes_are_compared_from_the_stopped_replicas_snapshots(tmp_path):
+    """Seed 29's shape: one replica lacks an abort the others hold; another
+    partition agrees; a third has snapshots of different log ends."""
+    states = {0: [snapshot(9, [(1000, 2, 3)])] * 2 + [snapshot(9, [])],
+              1: [snapshot(5, [(0, 1, 2)], [(3, 7)])] * 3,
+              2: [snapshot(5, []), snapshot(5, []), snapshot(4, [])]}
+    for p, per_node in states.items():
+        for n, text in enumerate(per_node, start=1):
+            d = tmp_path / f"node{n}" / "topicid" / str(p)
+            (d / "wal").mkdir(parents=True)
+            (d / "derived-state.json").write_text(text)
+    h = History()
+    final.compare_txn_indexes(StoppedCluster(tmp_path), "t", "topicid", h, key=lambda t, p: f"{t}/{p}")
+    by = {op["partition"]: op["value"] for op in h.ops}
+    assert by["t/0"]["aborted_lacking"] == {"3": [(1000, 2, 3)]} and not by["t/0"]["identical"], by
+    assert by["t/1"]["identical"] and not by["t/2"]["comparable"], by
+    assert txn_checker.check(h.ops).counts["txn-index-divergence"] == 1

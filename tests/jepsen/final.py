@@ -6,6 +6,7 @@ watermark, and once the cluster is stopped their stored bytes are compared
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 import time
@@ -218,3 +219,46 @@ def _first_difference(tails: dict) -> dict:
                                "base_sequence": b.base_sequence if b else None}
             return out
     return {}
+
+
+# How many entries a txn-index op names per replica (the counts are exact).
+INDEX_EXAMPLES = 10
+
+
+def compare_txn_indexes(cluster, topic: str, topic_dir: str, history: History, key=lambda topic, p: p) -> None:
+    """One ``txn-index`` op per partition of `topic` (stored in directory
+    `topic_dir`), once the cluster is stopped: each replica's aborted
+    transactions and open transactions as its producer snapshot
+    (``derived-state.json``, written at shutdown) holds them. They derive
+    from the log alone, so replicas whose snapshots cover the same log end
+    must hold the same; a replica missing an abort serves those records as
+    committed when it leads. Snapshots covering different ends are told,
+    not compared."""
+    views: dict[int, dict[int, dict]] = {}
+    for n in cluster.nodes:
+        for p, wal in cluster.wal_dirs(n, topic_dir).items():
+            f = wal.parent / "derived-state.json"
+            try:
+                d = json.loads(f.read_text())
+                table = d["producers"]
+                views.setdefault(p, {})[n.id] = {
+                    "covers": d["covers"],
+                    "aborted": {(a["producer_id"], a["first_offset"], a["last_offset"]) for a in table["aborted"]},
+                    "open": {tuple(o) for o in table["open_txns"]}}
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                views.setdefault(p, {})[n.id] = {"error": repr(e)}
+    for p, by_node in sorted(views.items()):
+        value: dict = {"covers": {str(n): v.get("covers") for n, v in by_node.items()}}
+        errors = {str(n): v["error"] for n, v in by_node.items() if "error" in v}
+        if errors or len(set(value["covers"].values())) != 1:
+            value.update(comparable=False, errors=errors)
+        else:
+            value["comparable"] = True
+            for what in ("aborted", "open"):
+                union = set().union(*(v[what] for v in by_node.values()))
+                lacking = {str(n): sorted(union - v[what], key=lambda e: e[1])[:INDEX_EXAMPLES]
+                           for n, v in by_node.items() if union - v[what]}
+                if lacking:
+                    value[f"{what}_lacking"] = lacking
+            value["identical"] = not any(k.endswith("_lacking") for k in value)
+        history.add("final", OK, "txn-index", value, partition=key(topic, p))

@@ -112,6 +112,10 @@ class QueueWorkload:
     def final_read(self, bootstrap: str, history: History) -> None:
         final.final_read(bootstrap, self.topic, self.opts.partitions, history)
 
+    def after_stop(self, cluster: HelixCluster, dirs: dict[str, str], history: History) -> None:
+        """What the workload reads of the stopped nodes' files beside the
+        replicas' bytes (compared for every workload)."""
+
     def check(self, ops: list[dict]) -> checker.Result:
         return checker.check(ops)
 
@@ -177,6 +181,10 @@ class TxnWorkload(QueueWorkload):
         for isolation in ("read_committed", "read_uncommitted"):
             for topic, n in self.topics.items():
                 final.final_read(bootstrap, topic, n, history, isolation=isolation, key=key_of)
+
+    def after_stop(self, cluster: HelixCluster, dirs: dict[str, str], history: History) -> None:
+        for t in self.topics:
+            final.compare_txn_indexes(cluster, t, dirs[t], history, key=key_of)
 
     def check(self, ops: list[dict]) -> checker.Result:
         return txn_checker.check(ops)
@@ -310,6 +318,7 @@ def run(opts: Options) -> dict:
         phase("settle")
         dirs = final.topic_dirs(cluster.bootstrap, list(topics)) if len(topics) > 1 else {}
         cluster.stop()
+        workload.after_stop(cluster, dirs, history)
         for t in topics:
             stored = cluster.stored_logs(dirs.get(t))
             final.compare_replicas({node: {workload.key(t, p): b for p, b in logs.items()}

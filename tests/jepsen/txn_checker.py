@@ -33,6 +33,12 @@ either way, but then wholly.
 - ``final-read-incomplete``: a final read (either isolation) did not reach
   the high watermark.
 - ``replica-divergence``: replicas of one partition store different bytes.
+- ``txn-index-divergence``: replicas of one partition, stopped with
+  producer snapshots covering the same log end, hold different aborted or
+  open transactions (final.compare_txn_indexes): derived from identical
+  logs, they must agree; a leader missing an abort serves its records as
+  committed (G1a), one with a transaction wrongly open holds the last
+  stable offset back.
 
 Informational: ``indeterminate`` (transactions whose outcome is unknown),
 ``aborted-in-log`` (values of aborted transactions present in the
@@ -49,7 +55,8 @@ from . import checker
 from .history import FAIL, INFO, INVOKE, OK
 
 ANOMALIES = ("G1a", "lost-write", "torn-transaction", "duplicate", "inconsistent-offsets",
-             "nonmonotonic-poll", "poll-skip", "final-read-incomplete", "replica-divergence")
+             "nonmonotonic-poll", "poll-skip", "final-read-incomplete", "replica-divergence",
+             "txn-index-divergence")
 INFORMATIONAL = ("indeterminate", "aborted-in-log", "unseen", "producer-replaced")
 
 
@@ -161,6 +168,8 @@ def check(ops: list[dict]) -> checker.Result:
             r.add("producer-replaced", None, process=op["process"], why=op["value"], index=op["index"])
         if op["f"] == "replicas" and not op["value"]["identical"]:
             r.add("replica-divergence", op["partition"], detail=op["value"], index=op["index"])
+        if op["f"] == "txn-index" and op["value"].get("comparable") and not op["value"]["identical"]:
+            r.add("txn-index-divergence", op["partition"], detail=op["value"], index=op["index"])
     r.unavailability = checker.unavailability(ops, f="txn", place=lambda op: "transactions")
     r.stats = stats(ops, txns)
     return r
