@@ -15,11 +15,12 @@ HELIX_JEPSEN_SECONDS sets the length of each run (default 35).
 
 Issue 32: the transactional workload (``--workload txn``: transactional
 producers over two topics, read_committed consumers, a final read at both
-isolation levels) on 3 nodes with seed 7, and on a single node, where
-Helix serves transactions today. The 3-node run skips, saying so, only
-while the cluster answers FindCoordinator(TRANSACTION) with
-COORDINATOR_NOT_AVAILABLE (run.TxnWorkload.prepare); any other failure to
-serve transactions fails it.
+isolation levels, the replicas' transaction indexes compared) on 3 nodes
+with seed 7, and on a single node (the process faults). The 3-node run
+skips, saying so, only while the cluster answers
+FindCoordinator(TRANSACTION) with COORDINATOR_NOT_AVAILABLE
+(run.TxnWorkload.prepare), as before 5dd3220; any other failure to serve
+transactions fails it.
 """
 
 from __future__ import annotations
