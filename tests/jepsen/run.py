@@ -372,12 +372,18 @@ def summary(report: dict) -> str:
         tag = " (informational)" if name in w.informational else ""
         lines.append(f"{name + tag:<36} {check['counts'][name]}")
     lines.append("longest unavailability per partition: " + ", ".join(
-        f"p{p} {u['longest_s']}s (from {u['from_s']}s)" for p, u in check["unavailability_s"].items()))
+        f"{place(p)} {u['longest_s']}s (from {u['from_s']}s)" for p, u in check["unavailability_s"].items()))
     lines.append("phases (s): " + ", ".join(f"{k} {v}" for k, v in report["phases_s"].items()))
     for e in report["errors"]:
         lines.append(f"ERROR {e}")
     lines.append("VALID" if check["valid"] and not report["errors"] else "INVALID")
     return "\n".join(lines)
+
+
+def place(p) -> str:
+    """A partition number as p3; a name (the txn workload's
+    "transactions") as it is."""
+    return f"p{p}" if str(p).isdigit() else str(p)
 
 
 def violations(report: dict, per_anomaly: int = 3) -> str:

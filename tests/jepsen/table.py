@@ -43,7 +43,8 @@ def row(report: dict) -> str:
     ops = sum(v for k, v in st["ops"].items() if not k.endswith(":invoke"))
     faults = ", ".join(f"{k} {v}" for k, v in st["faults"].items()) or "none"
     worst = max(check["unavailability_s"].items(), key=lambda kv: kv[1]["longest_s"], default=None)
-    unavail = f"{worst[1]['longest_s']} s (p{worst[0]})" if worst else "-"
+    where = f"p{worst[0]}" if worst and str(worst[0]).isdigit() else worst and worst[0]
+    unavail = f"{worst[1]['longest_s']} s ({where})" if worst else "-"
     cells = [str(report["seed"]), str(report["nodes"]), f"{report['duration_s']:g} s", str(ops), faults,
              str(st["acknowledged"])]
     cells += [str(check["counts"].get(n, "-")) for n in COLUMNS]
