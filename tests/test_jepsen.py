@@ -73,11 +73,13 @@ def test_three_nodes_fixed_seed(tmp_path):
     run_and_check(tmp_path, 11, 3, list(nemesis.DEFAULT_FAULTS))
 
 
+@pytest.mark.timeout(600)  # a stuck last stable offset costs the bounded final reads
 def test_transactions_three_nodes_fixed_seed(tmp_path):
     report = run_and_check(tmp_path, 7, 3, list(nemesis.DEFAULT_FAULTS), workload="txn")
     assert report["check"]["stats"]["transactions"]["aborted"] > 0, "no transaction was aborted"
 
 
+@pytest.mark.timeout(600)  # a stuck last stable offset costs the bounded final reads
 def test_transactions_single_node(tmp_path):
     """The process faults only (run.single_node_faults): kill -9, pause,
     restart with transactions open."""

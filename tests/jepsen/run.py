@@ -43,8 +43,8 @@ from cluster_harness import HelixCluster  # noqa: E402
 import kwire  # noqa: E402
 from jepsen import checker, final, nemesis, txn_checker  # noqa: E402
 from jepsen.history import INFO, History, around, format_ops  # noqa: E402
-from jepsen.txn_workload import (Keyspace, TxnAssignConsumer, TxnGroupConsumer, TxnProducer,  # noqa: E402
-                                 key_of)
+from jepsen.txn_workload import (TRANSACTION_TIMEOUT_MS, Keyspace, TxnAssignConsumer,  # noqa: E402
+                                 TxnGroupConsumer, TxnProducer, key_of)
 from jepsen.workload import LOG, AssignConsumer, GroupConsumer, IdempotentProducer, group_name  # noqa: E402
 
 FAST = ["--replica-lag-time-max-ms", "3000", "--leader-imbalance-check-interval-ms", "2000",
@@ -177,10 +177,16 @@ class TxnWorkload(QueueWorkload):
                      + [TxnGroupConsumer(i, *args, random.Random(rng.random())) for i in range(o.group_consumers)])
         return producers, consumers
 
+    # A read_committed read held back by a transaction the broker keeps open
+    # waits no longer than this: twice the producers' transaction timeout,
+    # after which the coordinator must have aborted it.
+    FINAL_READ_TIMEOUT_S = 2 * TRANSACTION_TIMEOUT_MS / 1000
+
     def final_read(self, bootstrap: str, history: History) -> None:
         for isolation in ("read_committed", "read_uncommitted"):
             for topic, n in self.topics.items():
-                final.final_read(bootstrap, topic, n, history, isolation=isolation, key=key_of)
+                final.final_read(bootstrap, topic, n, history, isolation=isolation, key=key_of,
+                                 timeout_s=self.FINAL_READ_TIMEOUT_S)
 
     def after_stop(self, cluster: HelixCluster, dirs: dict[str, str], history: History) -> None:
         for t in self.topics:
