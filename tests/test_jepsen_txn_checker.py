@@ -20,9 +20,9 @@ class Story:
         self.h = History()
 
     def txn(self, proc: str, txn_id: str, writes: list[tuple[str, str, int | None]], type_: str | None,
-            end: str = "commit") -> None:
+            end: str = "commit", **fields) -> None:
         """writes: (key, value, acknowledged offset); type_ None: never completed."""
-        value = {"id": txn_id, "writes": [[k, v] for k, v, _ in writes], "end": end}
+        value = {"id": txn_id, "writes": [[k, v] for k, v, _ in writes], "end": end, **fields}
         inv = self.h.add(proc, INVOKE, "txn", value)
         if type_ is not None:
             self.h.complete(inv, type_, dict(value, offsets=[o for _, _, o in writes], errors=[],
@@ -243,6 +243,31 @@ def test_txn_index_divergence_replicas_hold_different_aborted_transactions():
             partition="a/1")  # snapshots of different ends: told, not compared
     r = s.check()
     assert r.counts["txn-index-divergence"] == 1 and r.cases["txn-index-divergence"][0]["partition"] == "a/0"
+
+
+def copier_story(second_copy_type: str) -> Story:
+    """The copier copies t0-0 (a/0) into b/1 as c00000-t0-0, then again as
+    c00001-t0-0 (as after a rewind) with `second_copy_type`."""
+    s = clean_story(finals=False)
+    s.poll("copier", [("a/0", 0, "t0-0")])
+    s.txn("copier", "c00000", [("b/1", "c00000-t0-0", 0)], OK, copies=[["t0-0", "c00000-t0-0"]])
+    s.h.add("copier", OK, "assign", "rewind", partitions=["a/0"])
+    s.poll("copier", [("a/0", 0, "t0-0")])
+    s.txn("copier", "c00001", [("b/1", "c00001-t0-0", 2)], second_copy_type, copies=[["t0-0", "c00001-t0-0"]])
+    second = second_copy_type == OK
+    s.finals({**LOGS, "b/1": [(0, "c00000-t0-0", True), (2, "c00001-t0-0", second)]}, {**HIGHS, "b/1": 4})
+    return s
+
+
+def test_duplicate_copy_two_committed_copies_of_one_source_value():
+    r = copier_story(OK).check()
+    assert r.counts["duplicate-copy"] == 1, r.to_json()
+    assert r.cases["duplicate-copy"][0]["source"] == "t0-0"
+
+
+def test_a_copy_aborted_then_made_again_is_no_duplicate():
+    r = copier_story(FAIL).check()
+    assert r.valid and r.counts["duplicate-copy"] == 0, r.to_json()
 
 
 def test_indeterminate_counts_transactions_whose_outcome_is_unknown():

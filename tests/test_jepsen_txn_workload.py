@@ -3,16 +3,19 @@ transaction's outcome and recovers, driven with a scripted stand-in for
 confluent-kafka's Producer (no broker): a transaction is ``fail`` only when
 commit_transaction was never called, ``info`` when it was called and did
 not return, and a producer in a state the client cannot leave is replaced
-by a new instance with the same transactional.id."""
+by a new instance with the same transactional.id. The copier
+(txn_copier.py) sends its consumer's offsets inside each transaction and
+goes back to the committed offsets after one that did not commit."""
 
 from __future__ import annotations
 
 import random
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from jepsen import txn_workload
 from jepsen.history import FAIL, INFO, OK, History
+from jepsen.txn_copier import TxnCopier
 from jepsen.txn_workload import Keyspace, TxnProducer
 
 
@@ -153,3 +156,94 @@ def test_init_is_retried_while_the_coordinator_is_away(monkeypatch):
     p.body()
     assert [o["type"] for o in h.ops if o["f"] == "init"] == ["invoke", FAIL, "invoke", OK]
     assert txn_completion(h)["type"] == OK
+
+
+class Message:
+    def __init__(self, topic: str, partition: int, offset: int, value: str):
+        self._t, self._p, self._o, self._v = topic, partition, offset, value
+
+    def error(self):
+        return None
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def value(self):
+        return self._v.encode()
+
+
+class ScriptedConsumer:
+    """Returns `batches` from consume() in turn, then stops the copier."""
+
+    def __init__(self, copier, batches: list[list[Message]]):
+        self.copier = copier
+        self.batches = list(batches)
+        self.calls: list = []
+
+    def consume(self, n, timeout):
+        if not self.batches:
+            self.copier.stop()
+            return []
+        return self.batches.pop(0)
+
+    def assignment(self):
+        return [TopicPartition("b", 0)]
+
+    def position(self, tps):
+        self.calls.append("position")
+        return [TopicPartition("b", 0, 2)]
+
+    def consumer_group_metadata(self):
+        return "metadata"
+
+    def committed(self, tps, timeout=None):
+        return [TopicPartition("b", 0, -1001)]  # nothing committed yet
+
+    def seek(self, tp):
+        self.calls.append(("seek", tp.partition, tp.offset))
+
+    def close(self):
+        self.calls.append("close")
+
+
+class CopyingProducer(ScriptedProducer):
+    def send_offsets_to_transaction(self, positions, metadata, timeout):
+        self.calls.append("send_offsets")
+
+
+def copier_with(batches, abort_p: float) -> tuple[TxnCopier, History, CopyingProducer, ScriptedConsumer]:
+    h = History()
+    c = TxnCopier("unused:9092", Keyspace({"a": 2, "b": 1}), h, "tx-copier", "b", "a", "g-copier",
+                  random.Random(1))
+    c.abort_p = abort_p
+    producer = CopyingProducer()
+    consumer = ScriptedConsumer(c, batches)
+    c._instance = lambda: producer
+    c._consumer = lambda: consumer
+    return c, h, producer, consumer
+
+
+def test_the_copier_commits_copies_with_the_consumers_offsets():
+    c, h, producer, consumer = copier_with([[Message("b", 0, 0, "t1-00001-0"), Message("b", 0, 1, "t2-00001-1")]],
+                                           abort_p=0.0)
+    c.body()
+    op = txn_completion(h)
+    assert op["type"] == OK and op["value"]["copies"] == [["t1-00001-0", "c00000-t1-00001-0"],
+                                                          ["t2-00001-1", "c00000-t2-00001-1"]], op
+    assert [k for k, _ in op["value"]["writes"]] == ["a/0", "a/0"]
+    assert producer.calls == ["init", "begin", "send_offsets", "commit"], producer.calls
+    assert not any(o["f"] == "assign" for o in h.ops)
+
+
+def test_an_aborted_copy_rewinds_the_consumer_to_the_committed_offsets():
+    c, h, producer, consumer = copier_with([[Message("b", 0, 0, "t1-00001-0")]], abort_p=1.0)
+    c.body()
+    assert txn_completion(h)["type"] == FAIL and producer.calls[-1] == "abort"
+    assert ("seek", 0, OFFSET_BEGINNING) in consumer.calls
+    assert [o["value"] for o in h.ops if o["f"] == "assign"] == ["rewind"]

@@ -41,7 +41,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from cluster_harness import HelixCluster  # noqa: E402
 import kwire  # noqa: E402
-from jepsen import checker, final, nemesis, txn_checker  # noqa: E402
+from jepsen import checker, final, nemesis, txn_checker, txn_copier  # noqa: E402
 from jepsen.history import INFO, History, around, format_ops  # noqa: E402
 from jepsen.txn_workload import (TRANSACTION_TIMEOUT_MS, Keyspace, TxnAssignConsumer,  # noqa: E402
                                  TxnGroupConsumer, TxnProducer, key_of)
@@ -88,6 +88,7 @@ class QueueWorkload:
         self.opts = opts
         self.topic = f"jepsen-{opts.seed}"
         self.topics = {self.topic: opts.partitions}
+        self.notes: list[str] = []  # what the run left out, and why (printed with the summary)
 
     def key(self, topic: str, p: int):
         return p
@@ -136,6 +137,8 @@ class TxnWorkload(QueueWorkload):
         self.topic = f"jepsen-{opts.seed}-a"  # the nemesis's topic (leader_of)
         self.topics = {self.topic: opts.partitions, f"jepsen-{opts.seed}-b": 2}
         self.keyspace = Keyspace(self.topics)
+        self.notes: list[str] = []
+        self.copier = False  # whether the cluster offers what txn_copier.py needs
 
     def key(self, topic: str, p: int):
         return key_of(topic, p)
@@ -155,6 +158,7 @@ class TxnWorkload(QueueWorkload):
                 except (OSError, kwire.ProtocolError) as e:
                     answers[n.id] = repr(e)
             if kwire.ERR_NONE in answers.values():
+                self.copier = self._offers_offsets_in_transactions(cluster)
                 return
             if time.monotonic() > deadline:
                 break
@@ -165,6 +169,20 @@ class TxnWorkload(QueueWorkload):
                               f"for {self.COORDINATOR_WAIT_S:g} s")
         raise RuntimeError(f"FindCoordinator(TRANSACTION) never answered: {answers}")
 
+    def _offers_offsets_in_transactions(self, cluster: HelixCluster) -> bool:
+        """Whether every node advertises AddOffsetsToTxn and TxnOffsetCommit
+        (send_offsets_to_transaction); when not, the copier is left out and
+        the run says so."""
+        missing = []
+        for n in cluster.nodes:
+            with kwire.Conn("127.0.0.1", n.kafka_port, timeout=5.0) as conn:
+                if not txn_copier.supported(conn.api_versions()):
+                    missing.append(n.id)
+        if missing:
+            self.notes.append(f"copier not run: nodes {missing} do not advertise AddOffsetsToTxn and "
+                              f"TxnOffsetCommit (send_offsets_to_transaction)")
+        return not missing
+
     def clients(self, bootstrap: str, history: History, rng: random.Random) -> tuple[list, list]:
         o = self.opts
         group = group_name()
@@ -172,6 +190,12 @@ class TxnWorkload(QueueWorkload):
         producers = [TxnProducer(i, bootstrap, self.keyspace, history, self.transactional_id(i),
                                  rate=o.txn_rate, max_txns=max_txns, rng=random.Random(rng.random()))
                      for i in range(o.producers)]
+        # The copier reads b and writes a: its copies are read by everyone.
+        if self.copier:
+            source, dest = list(self.topics)[1], self.topic
+            producers.append(txn_copier.TxnCopier(bootstrap, self.keyspace, history,
+                                                  f"jepsen-{o.seed}-copier", source, dest, f"{group}-copier",
+                                                  random.Random(rng.random())))
         args = (bootstrap, self.keyspace, history, group)
         consumers = ([TxnAssignConsumer(i, *args, random.Random(rng.random())) for i in range(o.assign_consumers)]
                      + [TxnGroupConsumer(i, *args, random.Random(rng.random())) for i in range(o.group_consumers)])
@@ -344,7 +368,7 @@ def run(opts: Options) -> dict:
         cluster.stop()
     result = workload.check(history.ops)
     return {"seed": opts.seed, "nodes": opts.nodes, "duration_s": opts.duration_s, "faults": opts.faults,
-            "workload": opts.workload, "unsupported": unsupported,
+            "workload": opts.workload, "unsupported": unsupported, "notes": workload.notes,
             "workdir": str(workdir), "phases_s": phases, "schedule": [s.describe() for s in steps], "errors": errors,
             "check": result.to_json(), "_history": history, "_result": result, "_workload": workload}
 
@@ -380,6 +404,8 @@ def summary(report: dict) -> str:
     lines.append("longest unavailability per partition: " + ", ".join(
         f"{place(p)} {u['longest_s']}s (from {u['from_s']}s)" for p, u in check["unavailability_s"].items()))
     lines.append("phases (s): " + ", ".join(f"{k} {v}" for k, v in report["phases_s"].items()))
+    for note in report.get("notes") or ():
+        lines.append(f"NOTE {note}")
     for e in report["errors"]:
         lines.append(f"ERROR {e}")
     lines.append("VALID" if check["valid"] and not report["errors"] else "INVALID")

@@ -39,6 +39,10 @@ either way, but then wholly.
   logs, they must agree; a leader missing an abort serves its records as
   committed (G1a), one with a transaction wrongly open holds the last
   stable offset back.
+- ``duplicate-copy``: the copier (txn_copier.py, consume-transform-produce
+  with send_offsets_to_transaction) has two copies of one source value in
+  the read_committed final read: its offsets were not committed atomically
+  with its writes (exactly-once broken).
 
 Informational: ``indeterminate`` (transactions whose outcome is unknown),
 ``aborted-in-log`` (values of aborted transactions present in the
@@ -56,7 +60,7 @@ from .history import FAIL, INFO, INVOKE, OK
 
 ANOMALIES = ("G1a", "lost-write", "torn-transaction", "duplicate", "inconsistent-offsets",
              "nonmonotonic-poll", "poll-skip", "final-read-incomplete", "replica-divergence",
-             "txn-index-divergence")
+             "txn-index-divergence", "duplicate-copy")
 INFORMATIONAL = ("indeterminate", "aborted-in-log", "unseen", "producer-replaced")
 
 
@@ -170,6 +174,7 @@ def check(ops: list[dict]) -> checker.Result:
             r.add("replica-divergence", op["partition"], detail=op["value"], index=op["index"])
         if op["f"] == "txn-index" and op["value"].get("comparable") and not op["value"]["identical"]:
             r.add("txn-index-divergence", op["partition"], detail=op["value"], index=op["index"])
+    _copies(txns, rc_final_values, r)
     r.unavailability = checker.unavailability(ops, f="txn", place=lambda op: "transactions")
     r.stats = stats(ops, txns)
     return r
@@ -230,6 +235,21 @@ def _final_reads(ops: list[dict], txns: dict[str, Txn], finals: dict, r: checker
             for o, v in op["value"]["records"]:
                 if v in aborted:
                     r.add("aborted-in-log", k, value=v, offset=o, index=op["index"])
+
+
+def _copies(txns: dict[str, Txn], rc_final_values: dict[str, set], r: checker.Result) -> None:
+    """duplicate-copy: a source value with more than one copy in the
+    read_committed final read."""
+    final_values = set().union(*rc_final_values.values()) if rc_final_values else set()
+    copies: dict[str, list] = defaultdict(list)
+    for t in txns.values():
+        for source, copy in t.invoke["value"].get("copies") or ():
+            if copy in final_values:
+                copies[source].append([t.id, copy, t.index])
+    for source, found in copies.items():
+        if len(found) > 1:
+            key = next(k for t in txns.values() for k, v in t.writes if v == found[0][1])
+            r.add("duplicate-copy", key, source=source, copies=[c[:2] for c in found], index=found[1][2])
 
 
 def stats(ops: list[dict], txns: dict[str, Txn]) -> dict:

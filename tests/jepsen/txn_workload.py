@@ -73,6 +73,7 @@ class TxnProducer(Client):
     def __init__(self, idx: int, bootstrap: str, keyspace: Keyspace, history: History, transactional_id: str,
                  rate: float, max_txns: int, rng: random.Random, abort_p: float = ABORT_P):
         super().__init__(f"txn-{idx}", bootstrap, "", 0, history)
+        self.base = f"txn-{idx}"  # process name; a replacement adds .N
         self.idx = idx
         self.keys = keyspace.keys()
         self.transactional_id = transactional_id
@@ -103,7 +104,7 @@ class TxnProducer(Client):
         except KafkaException:
             pass
         self.restarts += 1
-        self.proc = f"txn-{self.idx}.{self.restarts}"
+        self.proc = f"{self.base}.{self.restarts}"
         return self._instance()
 
     def _init(self, producer: Producer) -> Producer:
@@ -141,14 +142,22 @@ class TxnProducer(Client):
         except Replace:
             return  # stopping while no coordinator answered: nothing is open
 
-    def transaction(self, producer: Producer, n: int) -> None:
-        """One transaction, recorded as one ``txn`` op (see the module's
-        doc for the outcomes). Raises Replace when this instance must go."""
+    def transaction(self, producer: Producer, n: int) -> str:
+        """One transaction of unique values to 2 or 3 partitions."""
         txn_id = f"t{self.idx}-{n:05d}"
         keys = self.rng.sample(self.keys, self.rng.choice((2, 3)))
         writes = [[k, f"{txn_id}-{i}"] for i, k in enumerate(k for k in keys for _ in range(self.rng.choice((1, 2))))]
+        return self.run_txn(producer, txn_id, writes)
+
+    def run_txn(self, producer: Producer, txn_id: str, writes: list[list], before_end=None, **fields) -> str:
+        """One transaction writing `writes` ([key, value]), recorded as one
+        ``txn`` op (see the module's doc for the outcomes; `fields` go into
+        its value), committed or, on the seeded draw, aborted; `before_end`
+        (sending a consumer's offsets) runs inside it once every write was
+        acknowledged. Returns the outcome's type; raises Replace when this
+        instance must go."""
         end = "abort" if self.rng.random() < self.abort_p else "commit"
-        inv = self.history.add(self.proc, INVOKE, "txn", {"id": txn_id, "writes": writes, "end": end})
+        inv = self.history.add(self.proc, INVOKE, "txn", {"id": txn_id, "writes": writes, "end": end, **fields})
         offsets: list = [None] * len(writes)
         errors: list[str] = []
 
@@ -164,7 +173,8 @@ class TxnProducer(Client):
 
         def done(type_: str, outcome: str, **extra) -> None:
             self.history.complete(inv, type_, {"id": txn_id, "writes": writes, "end": end, "offsets": list(offsets),
-                                               "outcome": outcome, "errors": list(errors), **extra})
+                                               "outcome": outcome, "errors": list(errors), **fields, **extra})
+            return type_
 
         try:
             producer.begin_transaction()
@@ -175,25 +185,25 @@ class TxnProducer(Client):
             if left or errors:
                 errors.append(f"{left} sends unanswered" if left else "a send failed")
                 self._abort(producer, errors)
-                done(FAIL, "aborted after a failed send")
-                return
+                return done(FAIL, "aborted after a failed send")
+            if before_end is not None:
+                before_end()
             if end == "abort":
                 self._abort(producer, errors)
-                done(FAIL, "aborted")
-                return
+                return done(FAIL, "aborted")
             committing = True
             self._commit(producer, errors)
-            done(OK, "committed")
+            return done(OK, "committed")
         except (KafkaException, BufferError, Replace) as e:
             errors.append(repr(e))
             # Never committed unless commit_transaction was called.
-            done(INFO if committing else FAIL, "indeterminate" if committing else "aborted")
+            type_ = done(INFO if committing else FAIL, "indeterminate" if committing else "aborted")
             # An abortable error: abort (the outcome of a commit stays
             # indeterminate; an abort after a commit was sent may refuse).
             if isinstance(e, KafkaException) and e.args[0].txn_requires_abort():
                 try:
                     self._abort(producer, errors)
-                    return
+                    return type_
                 except Replace:
                     pass
             raise Replace(errors[-1]) from e
