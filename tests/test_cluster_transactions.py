@@ -16,16 +16,20 @@ offset must move again (the next transaction's records are read)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
+import time
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 import clients
 import harness
+import javalibs
 import kwire
 from cluster_harness import HelixCluster
 from test_cluster_faults import FAST, create_topic, settled_leader, wait_in_sync
-from test_transactions import CALL_TIMEOUT, read_all
+from test_transactions import CALL_TIMEOUT, committed_offsets, consume_n, read_all, transform
 
 pytestmark = [pytest.mark.cluster, pytest.mark.managed,
               pytest.mark.skipif(harness.external_bootstrap() is not None
@@ -197,3 +201,227 @@ def test_markers_reach_a_partition_whose_leader_was_killed(cluster3, topic):
     wait_in_sync(cluster3, topic)
     got = read_all(Reads(cluster3), topic, PARTITIONS, len(committed), "read_committed", timeout=90)
     assert sorted(got) == sorted(committed)
+
+
+class Copier:
+    """One HelixEosCopy process (tests/java), its progress read as it goes."""
+
+    def __init__(self, cp: str, cluster: HelixCluster, args: list[str]):
+        self.copied = 0
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
+             "HelixEosCopy", cluster.bootstrap, *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            if line.startswith("progress "):
+                self.copied = int(line.split()[1])
+
+    def wait_progress(self, at_least: int, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.copied < at_least:
+            assert self.proc.poll() is None, f"the copier exited early:\n" + "\n".join(self.lines[-40:])
+            assert time.monotonic() < deadline, (
+                f"the copier copied {self.copied} of {at_least} in {timeout} s:\n"
+                + "\n".join(self.lines[-40:]))
+            time.sleep(0.05)
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def finish(self, timeout: float = 300.0) -> int:
+        rc = self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return rc
+
+
+def test_java_read_process_write_is_exactly_once_while_nodes_and_the_copier_are_killed(
+        cluster3, topic):
+    """Issue 32's Java test: a read-process-write copier (Java kafka-clients
+    3.9.1, sendOffsetsToTransaction) copies a fixed input while the test
+    kills -9, in turn, the transaction coordinator's node, an output
+    partition's leader, and the copier itself (a new one with the same
+    transactional id takes over). The output holds every input record
+    exactly once and the group's committed offsets are the input's end."""
+    libs = javalibs.maven_libs("kafka-clients", "3.9.1")
+    cp = f"{javalibs.compiled(javalibs.JAVA_DIR / 'HelixEosCopy.java', libs)}:{libs}/*"
+    source, output = f"{topic}-in", f"{topic}-out"
+    for name in (source, output):
+        create_topic(cluster3.node(1).bootstrap, name, 3)
+    wait_in_sync(cluster3, source)
+    wait_in_sync(cluster3, output)
+    total = 3000
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": cluster3.bootstrap,
+                  "enable.idempotence": True, "acks": "all"})
+    values = [f"v-{i}" for i in range(total)]
+    for i, v in enumerate(values):
+        p.produce(source, value=v.encode(), partition=i % 3)
+    assert p.flush(60) == 0
+    group, tid = f"g-{topic}", f"copier-{topic}"
+    args = [source, output, group, tid, str(total)]
+    copier = Copier(cp, cluster3, args)
+    copier.wait_progress(300)
+    coordinator = coordinator_of(cluster3, tid)
+    cluster3.node(coordinator).kill9()
+    copier.wait_progress(900)
+    cluster3.node(coordinator).start()
+    out_leader = settled_leader(cluster3, output, 0)[0]
+    cluster3.node(out_leader).kill9()
+    copier.wait_progress(1500)
+    cluster3.node(out_leader).start()
+    copier.kill9()
+    copier = Copier(cp, cluster3, args)
+    rc = copier.finish()
+    assert rc == 0, "\n".join(copier.lines[-60:]) + "\n" + cluster3.logs()
+    assert any(line.startswith("HELIX-EOS OK") for line in copier.lines)
+    got = read_all(Reads(cluster3), output, 3, total, "read_committed", timeout=90)
+    duplicates = {v for v in got if got.count(v) > 1}
+    assert sorted(got) == sorted(values), (
+        f"{len(got)} read of {total}; duplicated {sorted(duplicates)[:10]}; "
+        f"missing {sorted(set(values) - set(got))[:10]}")
+    c = Consumer({**clients.RDKAFKA, "bootstrap.servers": cluster3.bootstrap, "group.id": group})
+    try:
+        committed = c.committed([TopicPartition(source, i) for i in range(3)], timeout=30)
+    finally:
+        c.close()
+    assert sum(tp.offset for tp in committed) == total, committed
+
+
+def test_a_transaction_left_open_is_aborted_after_its_timeout(tmp_path, topic):
+    """A producer opens a transaction and goes silent: the coordinator
+    aborts it once `transaction.timeout.ms` has passed (looked for every
+    500 ms here), so it stops holding back read_committed readers of
+    another producer's later commit; its records are never read as
+    committed, and its own commit afterwards fails."""
+    c = HelixCluster(tmp_path, 3, args=FAST + [
+        "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "500"]).start()
+    try:
+        setup(c, topic)
+        silent = Producer({**clients.RDKAFKA, "bootstrap.servers": c.bootstrap,
+                           "transactional.id": f"silent-{topic}", "transaction.timeout.ms": 3000})
+        silent.init_transactions(CALL_TIMEOUT)
+        left_open = write(silent, topic, "open")
+        other = transactional(c, f"other-{topic}")
+        committed = write(other, topic, "later")
+        other.commit_transaction(CALL_TIMEOUT)
+        assert_reads(c, topic, committed, left_open)
+        with pytest.raises(KafkaException):
+            silent.commit_transaction(CALL_TIMEOUT)
+    finally:
+        c.stop()
+
+
+def test_kill9_of_every_node_mid_transaction_neither_hangs_nor_loses_a_commit(cluster3, topic):
+    """Every node dies at once: one transaction open, another answered
+    committed an instant before (its markers possibly unwritten). After the
+    restart the coordinators replay `__transaction_state`: the committed one
+    completes (its records become readable), the open one is aborted by the
+    next producer with its id, and the LSO moves on to a later commit."""
+    setup(cluster3, topic)
+    a = transactional(cluster3, f"a-{topic}")
+    committed = write(a, topic, "a1")
+    a.commit_transaction(CALL_TIMEOUT)
+    left_open = write(a, topic, "a2")
+    b = transactional(cluster3, f"b-{topic}")
+    committed += write(b, topic, "b1")
+    b.commit_transaction(CALL_TIMEOUT)
+    cluster3.kill_all()
+    cluster3.start()
+    wait_in_sync(cluster3, topic)
+    again = transactional(cluster3, f"a-{topic}")
+    committed += write(again, topic, "a3")
+    again.commit_transaction(90)
+    assert_reads(cluster3, topic, committed, left_open)
+
+
+def test_send_offsets_to_transaction_commits_with_the_transaction_across_nodes(cluster3, topic):
+    """confluent-kafka's consume-transform-produce on 3 nodes: the group's
+    coordinator, the transaction's coordinator and the partitions' leaders
+    are wherever placement put them. After a commit the group's committed
+    offsets are the ones sent, after an abort unchanged, and read_committed
+    reads the committed transaction's records only."""
+    source, sink = f"{topic}-in", f"{topic}-out"
+    for name in (source, sink):
+        create_topic(cluster3.node(1).bootstrap, name, 2)
+        wait_in_sync(cluster3, name)
+    plain = Producer({**clients.RDKAFKA, "bootstrap.servers": cluster3.bootstrap, "acks": "all"})
+    for i in range(20):
+        plain.produce(source, value=f"in-{i}".encode(), partition=i % 2)
+    assert plain.flush(CALL_TIMEOUT) == 0
+    group = f"ctp-{topic}"
+    c = Consumer({**clients.RDKAFKA, "bootstrap.servers": cluster3.bootstrap, "group.id": group,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed"})
+    c.subscribe([source])
+    reads = Reads(cluster3)
+    try:
+        p = transactional(cluster3, f"tx-{topic}")
+        committed_out, sent = transform(p, c, sink, consume_n(c, 12), end=True)
+        assert sent and sum(sent.values()) == 12
+        after_commit = committed_offsets(reads, group, source, 2)
+        assert {part: after_commit[part] for part in sent} == sent
+        _, aborted_sent = transform(p, c, sink, consume_n(c, 8), end=False)
+        assert aborted_sent != sent
+        assert committed_offsets(reads, group, source, 2) == after_commit
+        got = read_all(reads, sink, 2, len(committed_out), "read_committed")
+        assert sorted(got) == sorted(committed_out)
+    finally:
+        c.close()
+
+
+def test_kafka_streams_exactly_once_v2_copies_exactly_once_while_a_broker_is_killed(cluster3, topic):
+    """Kafka Streams 3.9.1 (Maven Central) with processing.guarantee
+    exactly_once_v2, a stateless application (every input record to the
+    output: Streams' transactions, its offsets in them, read_committed)
+    while a broker is killed -9 and restarted. The output holds every input
+    record exactly once. (The issue's stateful count needs a compacted
+    changelog topic: issue 33.)"""
+    libs = javalibs.maven_libs("kafka-streams", "3.9.1")
+    cp = f"{javalibs.compiled(javalibs.JAVA_DIR / 'HelixStreamsCount.java', libs)}:{libs}/*"
+    source, output = f"{topic}-in", f"{topic}-out"
+    for name in (source, output):
+        create_topic(cluster3.node(1).bootstrap, name, 3)
+        wait_in_sync(cluster3, name)
+    total = 3000
+    values = [f"v-{i}" for i in range(total)]
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": cluster3.bootstrap,
+                  "enable.idempotence": True, "acks": "all"})
+    for i, v in enumerate(values[:total // 2]):
+        p.produce(source, key=f"k{i % 7}".encode(), value=v.encode())
+    assert p.flush(60) == 0
+    app = subprocess.Popen(
+        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
+         "HelixStreamsCount", cluster3.bootstrap, source, output, f"app-{topic}",
+         str(cluster3.workdir / "streams-state"), "150", "copy"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(line.rstrip() for line in app.stdout),
+                              daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 90
+        while "state RUNNING" not in lines:
+            assert app.poll() is None and time.monotonic() < deadline, "\n".join(lines[-40:])
+            time.sleep(0.1)
+        victim = settled_leader(cluster3, output, 0)[0]
+        cluster3.node(victim).kill9()
+        for i, v in enumerate(values[total // 2:], start=total // 2):
+            p.produce(source, key=f"k{i % 7}".encode(), value=v.encode())
+        assert p.flush(60) == 0
+        cluster3.node(victim).start()
+        got = read_all(Reads(cluster3), output, 3, total, "read_committed", timeout=120)
+        duplicates = {v for v in got if got.count(v) > 1}
+        assert sorted(got) == sorted(values), (
+            f"{len(got)} read of {total}; duplicated {sorted(duplicates)[:10]}; "
+            f"missing {sorted(set(values) - set(got))[:10]}\n" + "\n".join(lines[-40:]))
+        assert not any("HELIX-STREAMS ERROR" in line for line in lines), "\n".join(lines[-60:])
+    finally:
+        app.kill()
+        app.wait(timeout=30)

@@ -1,9 +1,11 @@
 """Transactions (issue 32, ADR 0026 "Step 3 as built") with confluent-kafka's
 transactional producer on a single node: commit, abort, read_committed and
-read_uncommitted readers, and fencing by a second producer with the same
-transactional.id. Every client call is bounded, so a broker without
-transactions fails these tests (init_transactions times out) instead of
-hanging them."""
+read_uncommitted readers, fencing by a second producer with the same
+transactional.id, and a consume-transform-produce loop whose consumer
+offsets go with the transaction (send_offsets_to_transaction: ADR 0026
+"Offsets in transactions as built"). Every client call is bounded, so a
+broker without transactions fails these tests (init_transactions times
+out) instead of hanging them."""
 
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer,
-                             TopicPartition)
+from confluent_kafka import (OFFSET_BEGINNING, OFFSET_INVALID, Consumer, KafkaError,
+                             KafkaException, Producer, TopicPartition)
 
 import clients
 
@@ -155,3 +157,129 @@ def test_open_transaction_survives_kill9_and_is_aborted_by_the_next_producer(fre
     assert sorted(got) == sorted(committed + later)
     everything = read_all(b, topic, 2, len(committed) + 6 + len(later), "read_uncommitted")
     assert len(everything) == len(committed) + 6 + len(later)
+
+
+def consume_n(c: Consumer, n: int, timeout: float = 60.0) -> list:
+    """The next `n` records `c` reads (it may have to join its group first)."""
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        for m in c.consume(num_messages=n - len(got), timeout=0.5):
+            if m.error() is None:
+                got.append(m)
+            elif m.error().code() != KafkaError._PARTITION_EOF:
+                raise AssertionError(f"consume error: {m.error()}")
+    assert len(got) == n, f"read {len(got)} of {n} records"
+    return got
+
+
+def committed_offsets(broker, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets as a fresh consumer of it reads them
+    (librdkafka asks with require_stable at read_committed, the default)."""
+    c = Consumer({
+        **clients.RDKAFKA, "bootstrap.servers": broker.bootstrap,
+        "group.id": group, "enable.auto.commit": False,
+    })
+    try:
+        wanted = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: tp.offset for tp in c.committed(wanted, timeout=CALL_TIMEOUT)}
+    finally:
+        c.close()
+
+
+def transform_consumer(broker, topic: str, records: int) -> tuple[str, str, str, Consumer]:
+    """A source topic holding `records` plain records over 2 partitions, an
+    empty sink topic, and a read_committed consumer of a new group
+    subscribed to the source: (source, sink, group, consumer)."""
+    source, sink = f"{topic}-in", f"{topic}-out"
+    clients.create_topic(broker.bootstrap, source, 2)
+    clients.create_topic(broker.bootstrap, sink, 2)
+    plain = Producer({**clients.RDKAFKA, "bootstrap.servers": broker.bootstrap})
+    for i in range(records):
+        plain.produce(source, value=f"in-{i}".encode(), partition=i % 2)
+    assert plain.flush(CALL_TIMEOUT) == 0
+    group = f"ctp-{uuid.uuid4().hex[:8]}"
+    c = Consumer({
+        **clients.RDKAFKA, "bootstrap.servers": broker.bootstrap,
+        "group.id": group, "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+    })
+    c.subscribe([source])
+    return source, sink, group, c
+
+
+def transform(p: Producer, c: Consumer, sink: str, records: list,
+              end: bool | None) -> tuple[list[str], dict[int, int]]:
+    """One transaction of the loop: the records transformed into `sink`
+    and the consumer's positions sent to the transaction; then commit
+    (True), abort (False) or leave it open (None). Returns the values
+    written and the offsets sent."""
+    p.begin_transaction()
+    out = [f"t-{m.value().decode()}" for m in records]
+    for m, v in zip(records, out):
+        p.produce(sink, value=v.encode(), partition=m.partition())
+    positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
+    # The consumer's group metadata carries its member id and generation:
+    # TxnOffsetCommit v3's checks (KIP-447).
+    p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), CALL_TIMEOUT)
+    if end is True:
+        p.commit_transaction(CALL_TIMEOUT)
+    elif end is False:
+        p.abort_transaction(CALL_TIMEOUT)
+    else:
+        assert p.flush(CALL_TIMEOUT) == 0
+    return out, {tp.partition: tp.offset for tp in positions}
+
+
+def test_send_offsets_to_transaction_commits_and_aborts_with_the_transaction(broker, topic):
+    """Consume-transform-produce: the consumer's offsets are sent to the
+    transaction. After its commit the group's committed offsets are the ones
+    sent; after an abort they are unchanged; read_committed output holds the
+    committed transaction's records only."""
+    source, sink, group, c = transform_consumer(broker, topic, 20)
+    p = producer(broker, f"tx-{topic}")
+    try:
+        p.init_transactions(CALL_TIMEOUT)
+        committed_out, sent = transform(p, c, sink, consume_n(c, 12), end=True)
+        assert sent, "the consumer holds no position"
+        after_commit = committed_offsets(broker, group, source, 2)
+        assert {part: after_commit[part] for part in sent} == sent
+        assert sum(sent.values()) == 12
+
+        _, aborted_sent = transform(p, c, sink, consume_n(c, 8), end=False)
+        assert aborted_sent != sent
+        assert committed_offsets(broker, group, source, 2) == after_commit
+
+        got = read_all(broker, sink, 2, len(committed_out), "read_committed")
+        assert sorted(got) == sorted(committed_out)
+    finally:
+        c.close()
+
+
+@pytest.mark.managed
+def test_offsets_in_transactions_are_replayed_after_kill9(fresh_broker, topic):
+    """The group coordinator replays __consumer_offsets after kill -9:
+    committed transactional offsets stay committed, and offsets left pending
+    by a transaction open at the crash are dropped when the next producer
+    with the same id aborts it (its marker reaches the replayed group)."""
+    b = fresh_broker
+    source, sink, group, c = transform_consumer(b, topic, 20)
+    tid = f"tx-{topic}"
+    first = producer(b, tid)
+    try:
+        first.init_transactions(CALL_TIMEOUT)
+        _, sent = transform(first, c, sink, consume_n(c, 12), end=True)
+        _, open_sent = transform(first, c, sink, consume_n(c, 8), end=None)
+        assert open_sent != sent
+    finally:
+        c.close()
+    b.restart()
+    # Until the open transaction ends its offsets are pending: a fetch
+    # with require_stable (committed()) would wait. The next producer's
+    # InitProducerId aborts it.
+    second = producer(b, tid)
+    second.init_transactions(CALL_TIMEOUT)
+    after = committed_offsets(b, group, source, 2)
+    assert {part: after[part] for part in sent} == sent
+    for part in open_sent:
+        assert after[part] == sent.get(part, OFFSET_INVALID), "the aborted offsets are not committed"

@@ -117,6 +117,11 @@ pub enum PartitionCommand {
         marker: crate::replica::markers::Marker,
         reply: oneshot::Sender<Result<i64>>,
     },
+    /// The producers the replica knows (DescribeProducers), read in order
+    /// with the partition's other work.
+    DescribeProducers {
+        reply: oneshot::Sender<Vec<crate::replica::producers::ActiveProducer>>,
+    },
     /// Apply retention as of `now_ms`.
     Retention {
         now_ms: i64,

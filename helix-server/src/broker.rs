@@ -191,6 +191,7 @@ impl Broker {
             &topics,
             &producer_ids,
             &link,
+            &groups,
         )
         .await?;
         topics.insert(txn.internal_topic());

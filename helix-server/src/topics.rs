@@ -317,6 +317,14 @@ impl TopicTable {
 
     /// Whether retention may delete now: the settings are current.
     fn settings_current(&self) -> bool {
+        self.current()
+    }
+
+    /// Whether the table holds every topic the controller's log had
+    /// committed when this node first heard its leader: only then is a
+    /// topic missing here deleted rather than not known yet (a node just
+    /// restarted rebuilds its table as it learns what is committed).
+    pub fn current(&self) -> bool {
         (self.caught_up)()
     }
 

@@ -21,6 +21,8 @@ mod refusal_tests;
 mod tests;
 #[cfg(test)]
 mod txn_tests;
+#[cfg(test)]
+mod txn_tools_tests;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

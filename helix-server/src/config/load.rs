@@ -50,6 +50,10 @@ struct FileConfig {
     group_max_size: Option<usize>,
     group_snapshot_after_records: Option<u64>,
     transaction_state_partitions: Option<u32>,
+    transaction_max_timeout_ms: Option<i32>,
+    transactional_id_expiration_ms: Option<u64>,
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: Option<u64>,
+    transaction_remove_expired_transaction_cleanup_interval_ms: Option<u64>,
     default_replication_factor: Option<i16>,
     replica_lag_time_max_ms: Option<u64>,
     producer_id_expiration_ms: Option<i64>,
@@ -155,12 +159,27 @@ impl Config {
         {
             c.groups.offsets_retention_ms = minutes.saturating_mul(60_000);
         }
-        if let Some(n) = flags
-            .transaction_state_partitions
-            .or(file.transaction_state_partitions)
-        {
-            c.transactions.state_partitions = n;
+        macro_rules! set_txn {
+            ($flag:ident, $field:ident) => {
+                if let Some(v) = flags.$flag.or(file.$flag) {
+                    c.transactions.$field = v;
+                }
+            };
         }
+        set_txn!(transaction_state_partitions, state_partitions);
+        set_txn!(transaction_max_timeout_ms, max_timeout_ms);
+        set_txn!(
+            transactional_id_expiration_ms,
+            transactional_id_expiration_ms
+        );
+        set_txn!(
+            transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            abort_check_interval_ms
+        );
+        set_txn!(
+            transaction_remove_expired_transaction_cleanup_interval_ms,
+            expiry_check_interval_ms
+        );
         c.log_level = flags.log_level.or(file.log_level);
         if let Some(us) = flags.batch_linger_us.or(file.batch_linger_us) {
             c.batch_linger = Duration::from_micros(us);

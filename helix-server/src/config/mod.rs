@@ -195,6 +195,22 @@ pub struct Flags {
     /// of a data dir.
     #[arg(long)]
     pub transaction_state_partitions: Option<u32>,
+    /// Transactions: the longest `transaction.timeout.ms` a producer may
+    /// ask for (`transaction.max.timeout.ms`).
+    #[arg(long)]
+    pub transaction_max_timeout_ms: Option<i32>,
+    /// Transactions: how long an idle transactional id is kept
+    /// (`transactional.id.expiration.ms`).
+    #[arg(long)]
+    pub transactional_id_expiration_ms: Option<u64>,
+    /// Transactions: how often timed-out transactions are looked for and
+    /// aborted (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+    #[arg(long)]
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: Option<u64>,
+    /// Transactions: how often expired transactional ids are looked for
+    /// (`transaction.remove.expired.transaction.cleanup.interval.ms`).
+    #[arg(long)]
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: Option<u64>,
     /// Groups: delay of a new group's first rebalance
     /// (`group.initial.rebalance.delay.ms`).
     #[arg(long)]

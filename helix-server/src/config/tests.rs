@@ -156,3 +156,40 @@ fn transaction_state_partitions_come_from_flags_and_toml_and_are_bounded() {
         assert!(load_with_file("", &["--transaction-state-partitions", n]).is_err());
     }
 }
+
+#[test]
+fn transaction_timeouts_and_intervals_come_from_flags_and_toml() {
+    let c = load_with_file(
+        "transaction_max_timeout_ms = 60000\ntransactional_id_expiration_ms = 3600000\n",
+        &[
+            "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+            "500",
+            "--transaction-remove-expired-transaction-cleanup-interval-ms",
+            "1000",
+        ],
+    )
+    .expect("valid");
+    let t = &c.transactions;
+    assert_eq!(
+        (
+            t.max_timeout_ms,
+            t.transactional_id_expiration_ms,
+            t.abort_check_interval_ms,
+            t.expiry_check_interval_ms
+        ),
+        (60_000, 3_600_000, 500, 1000)
+    );
+    for (flag, value) in [
+        ("--transaction-max-timeout-ms", "0"),
+        ("--transactional-id-expiration-ms", "0"),
+        (
+            "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+            "0",
+        ),
+    ] {
+        assert!(
+            load_with_file("", &[flag, value]).is_err(),
+            "{flag} {value}"
+        );
+    }
+}

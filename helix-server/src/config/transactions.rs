@@ -1,5 +1,5 @@
 //! The transaction coordinator's settings, with Kafka's defaults
-//! (docs/configuration.md lists the one that is a flag).
+//! (docs/configuration.md lists them with their flags).
 
 /// Settings of the transaction coordinator.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +47,13 @@ impl TxnConfig {
             ));
         }
         if self.max_timeout_ms <= 0 {
-            return Err("transaction max timeout must be positive".into());
+            return Err("transaction_max_timeout_ms must be positive".into());
+        }
+        if self.abort_check_interval_ms == 0 || self.expiry_check_interval_ms == 0 {
+            return Err("transaction cleanup intervals must be positive".into());
+        }
+        if self.transactional_id_expiration_ms == 0 {
+            return Err("transactional_id_expiration_ms must be positive".into());
         }
         Ok(())
     }

@@ -139,6 +139,8 @@ pub struct ClassicGroup {
     pub stored: Option<GroupRecord>,
     /// Committed offsets: acknowledged or replayed records only.
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// Offsets of open transactions, until their marker (`txn_offsets`).
+    pub pending_txn: super::txn_offsets::PendingOffsets,
 }
 
 impl ClassicGroup {
@@ -172,6 +174,7 @@ impl ClassicGroup {
             assignment_in_flight: None,
             stored: None,
             offsets: BTreeMap::new(),
+            pending_txn: BTreeMap::new(),
         }
     }
 
@@ -318,7 +321,9 @@ impl ClassicGroup {
                     commit_timestamp_ms: *commit_timestamp_ms,
                     expire_timestamp_ms: *expire_timestamp_ms,
                 };
-                self.offsets.insert((topic.clone(), *partition), committed);
+                let key = (topic.clone(), *partition);
+                self.supersede_pending(&key);
+                self.offsets.insert(key, committed);
             }
             Record::OffsetTombstone {
                 topic, partition, ..
@@ -327,8 +332,12 @@ impl ClassicGroup {
             }
             Record::Group(stored) => self.stored = Some(stored.clone()),
             Record::GroupTombstone { .. } => {
+                // A deleted group's open transactions lose their offsets
+                // with it (Kafka's group removal); their markers then end
+                // nothing. Retention never deletes a group holding any.
                 self.stored = None;
                 self.offsets.clear();
+                self.pending_txn.clear();
             }
         }
     }

@@ -14,16 +14,18 @@ use std::collections::BTreeMap;
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DescribeGroupsRequest, HeartbeatRequest, JoinGroupRequest,
     LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetDeleteRequest,
-    OffsetFetchRequest, SyncGroupRequest,
+    OffsetFetchRequest, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 
 use super::GroupConfig;
 use super::classic::ClassicGroup;
 use super::error::GroupError;
-use super::record::{OffsetRecord, Record, decode_entry, encode_entry};
+use super::record::{OffsetRecord, Record, encode_entry};
 use super::response::{Effects, OnAcknowledged, Proposal, Ready};
+use super::txn_offsets::LoggedEntry;
 use super::types::{
-    ClientInfo, CoordinatorPartition, ProposalId, ReplyTo, RequestToken, coordinator_partition_for,
+    ClientInfo, CoordinatorPartition, ProposalId, ReplyTo, RequestToken, TxnProducer,
+    coordinator_partition_for,
 };
 
 /// A request of one of the coordinator's APIs, as decoded by the broker.
@@ -39,6 +41,7 @@ pub enum GroupRequest {
     DescribeGroups(DescribeGroupsRequest),
     DeleteGroups(DeleteGroupsRequest),
     OffsetDelete(OffsetDeleteRequest),
+    TxnOffsetCommit(TxnOffsetCommitRequest),
 }
 
 /// One coordinator partition hosted on this node.
@@ -56,6 +59,9 @@ pub struct HostedPartition {
     /// Records acknowledged or replayed since the last snapshot entry.
     pub records_since_snapshot: u64,
     pub snapshot_in_flight: bool,
+    /// The log offset after the last entry applied (acknowledged, replayed
+    /// or read back): the host reads markers on from here.
+    pub next_offset: i64,
 }
 
 impl HostedPartition {
@@ -68,6 +74,7 @@ impl HostedPartition {
             retention_in_flight: false,
             records_since_snapshot: 0,
             snapshot_in_flight: false,
+            next_offset: 0,
         }
     }
 
@@ -133,6 +140,7 @@ impl HostedPartition {
 struct InFlight {
     partition: CoordinatorPartition,
     records: Vec<Record>,
+    producer: Option<TxnProducer>,
     waiter: OnAcknowledged,
 }
 
@@ -194,30 +202,60 @@ impl Coordinator {
 
     /// Replays one entry of a loading partition's log, in log order.
     /// A garbage entry is refused whole and changes nothing.
+    #[cfg(test)]
     pub fn replay(
         &mut self,
         partition: CoordinatorPartition,
         entry: &[u8],
         now_ms: u64,
     ) -> Result<(), GroupError> {
+        let at = self.shards.get(&partition).map_or(0, |s| s.next_offset);
+        let logged = LoggedEntry::Records {
+            entry,
+            producer: None,
+        };
+        self.replay_at(partition, at, logged, now_ms)
+    }
+
+    /// Replays the entry at log offset `at` of a loading partition, in log
+    /// order: records (pending ones for a transactional batch) or a marker.
+    pub fn replay_at(
+        &mut self,
+        partition: CoordinatorPartition,
+        at: i64,
+        logged: LoggedEntry<'_>,
+        now_ms: u64,
+    ) -> Result<(), GroupError> {
         let shard = self
             .shards
             .get_mut(&partition)
+            .filter(|s| s.loading)
             .ok_or(GroupError::NotCoordinator)?;
-        if !shard.loading {
-            return Err(GroupError::NotCoordinator);
-        }
-        let records = decode_entry(entry)?;
-        for record in &records {
-            shard.apply(record, now_ms);
-        }
-        Ok(())
+        let result = shard.apply_logged(at, logged, now_ms);
+        // A refused entry still takes its place in the log.
+        shard.next_offset = shard.next_offset.max(at.saturating_add(1));
+        result
     }
 
     /// Ends loading: live group state is rebuilt from the stored records
     /// and the partition serves requests for leadership `epoch`.
+    #[cfg(test)]
     pub fn finish_load(&mut self, partition: CoordinatorPartition, epoch: u64, now_ms: u64) {
+        self.finish_load_at(partition, epoch, None, now_ms);
+    }
+
+    /// [`Self::finish_load`] for a log replayed up to offset `end`.
+    pub fn finish_load_at(
+        &mut self,
+        partition: CoordinatorPartition,
+        epoch: u64,
+        end: Option<i64>,
+        now_ms: u64,
+    ) {
         if let Some(shard) = self.shards.get_mut(&partition) {
+            if let Some(end) = end {
+                shard.next_offset = shard.next_offset.max(end);
+            }
             shard.loading = false;
             shard.epoch = epoch;
             for group in shard.groups.values_mut() {
@@ -279,34 +317,53 @@ impl Coordinator {
             GroupRequest::DescribeGroups(request) => self.describe_groups(reply, request),
             GroupRequest::DeleteGroups(request) => self.delete_groups(reply, request, now_ms),
             GroupRequest::OffsetDelete(request) => self.offset_delete(reply, request, now_ms),
+            GroupRequest::TxnOffsetCommit(request) => {
+                self.txn_offset_commit(reply, request, now_ms)
+            }
         }
     }
 
     /// The proposal is durable on a majority: apply its records to the view
     /// and answer what waited for it.
+    #[cfg(test)]
     pub fn on_acknowledged(&mut self, id: ProposalId, now_ms: u64) {
+        self.on_appended(id, None, now_ms);
+    }
+
+    /// [`Self::on_acknowledged`] for a proposal stored at log offset `at`
+    /// (`None`: right after what the view holds).
+    pub fn on_appended(&mut self, id: ProposalId, at: Option<i64>, now_ms: u64) {
         let Some(flight) = self.in_flight.remove(&id) else {
             return;
         };
         let Some(shard) = self.shards.get_mut(&flight.partition) else {
             return;
         };
-        for record in &flight.records {
-            shard.apply(record, now_ms);
-        }
+        let at = at.unwrap_or(shard.next_offset);
+        shard.next_offset = shard.next_offset.max(at.saturating_add(1));
+        let producer = flight.producer.map(|p| p.producer_id);
+        shard.apply_records(&flight.records, producer, at, now_ms);
         self.settle(flight.partition, flight.waiter, Ok(()), now_ms);
+    }
+
+    /// Whether a proposal of `partition` awaits its outcome (its place in
+    /// the log is not known yet).
+    pub fn has_in_flight(&self, partition: CoordinatorPartition) -> bool {
+        self.in_flight.values().any(|f| f.partition == partition)
     }
 
     /// The proposal will never be acknowledged (leadership lost, log
     /// truncated): nothing is applied and its waiters are answered.
     pub fn on_proposal_failed(&mut self, id: ProposalId, now_ms: u64) {
+        self.on_proposal_refused(id, GroupError::NotCoordinator, now_ms);
+    }
+
+    /// [`Self::on_proposal_failed`] with the partition leader's reason,
+    /// answered as is (a TxnOffsetCommit of a fenced epoch is
+    /// INVALID_PRODUCER_EPOCH, as Kafka answers its append error).
+    pub fn on_proposal_refused(&mut self, id: ProposalId, error: GroupError, now_ms: u64) {
         if let Some(flight) = self.in_flight.remove(&id) {
-            self.settle(
-                flight.partition,
-                flight.waiter,
-                Err(GroupError::NotCoordinator),
-                now_ms,
-            );
+            self.settle(flight.partition, flight.waiter, Err(error), now_ms);
         }
     }
 
@@ -394,10 +451,14 @@ impl Coordinator {
             self.in_flight.values().map(|f| f.partition).collect();
         let mut outboxes = Vec::new();
         for (&partition, shard) in self.shards.iter_mut() {
+            // Pending transactional offsets wait for a marker further on
+            // in the log; a snapshot holds committed state only, so none
+            // is taken (and nothing deleted) while any is pending.
             if shard.loading
                 || shard.snapshot_in_flight
                 || shard.records_since_snapshot < threshold
                 || busy.contains(&partition)
+                || shard.any_pending()
             {
                 continue;
             }
@@ -435,12 +496,14 @@ impl Coordinator {
                 partition,
                 entry,
                 compacts,
+                producer: pending.producer,
             });
             self.in_flight.insert(
                 id,
                 InFlight {
                     partition,
                     records: pending.records,
+                    producer: pending.producer,
                     waiter: pending.waiter,
                 },
             );

@@ -41,6 +41,10 @@ pub enum GroupError {
     OffsetMetadataTooLarge,
     #[error("a field is out of its allowed range")]
     InvalidRequest,
+    #[error("a transaction holds an offset of the partition pending")]
+    UnstableOffsetCommit,
+    #[error("the transactional producer's epoch is older than the partition's")]
+    InvalidProducerEpoch,
     #[error("record truncated: needed {needed} bytes, {left} left")]
     RecordTruncated { needed: usize, left: usize },
     #[error("record entry checksum mismatch")]
@@ -76,6 +80,8 @@ impl GroupError {
             GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
             GroupError::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
             GroupError::InvalidRequest => ResponseError::InvalidRequest,
+            GroupError::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
+            GroupError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
             GroupError::RecordTruncated { .. }
             | GroupError::RecordChecksum
             | GroupError::RecordVersion(_)

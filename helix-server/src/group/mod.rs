@@ -23,6 +23,7 @@ mod record;
 mod response;
 pub mod service;
 mod sync;
+mod txn_offsets;
 mod types;
 mod versions;
 pub mod wire;
@@ -37,8 +38,10 @@ pub use crate::config::GroupConfig;
 #[cfg(test)]
 use {
     coordinator::{Coordinator, GroupRequest},
+    error::GroupError,
     record::{GroupRecord, Record, encode_entry},
     response::{GroupResponse, Proposal},
+    txn_offsets::LoggedEntry,
     types::{ClientInfo, CoordinatorPartition, RequestToken},
     versions::SUPPORTED_VERSIONS,
 };

@@ -28,9 +28,9 @@ use super::response::{Effects, GroupResponse, OnAcknowledged, str_bytes};
 use super::types::ReplyTo;
 
 /// Longest topic name Kafka allows.
-const MAX_TOPIC_NAME_BYTES: usize = 249;
+pub(super) const MAX_TOPIC_NAME_BYTES: usize = 249;
 /// Kafka's INVALID_TOPIC_EXCEPTION.
-const INVALID_TOPIC: i16 = 17;
+pub(super) const INVALID_TOPIC: i16 = 17;
 
 /// Which committed offsets to answer for one group: all, or these.
 type Wanted = Option<Vec<(String, Vec<i32>)>>;
@@ -141,9 +141,12 @@ impl Coordinator {
 
     pub(super) fn offset_fetch(&mut self, reply: ReplyTo, request: OffsetFetchRequest) {
         let version = reply.version;
+        // v7+: a partition a transaction holds pending is UNSTABLE_OFFSET_COMMIT.
+        let require_stable = version >= 7 && request.require_stable;
         let mut response = OffsetFetchResponse::default();
         if version >= 8 {
             for group in &request.groups {
+                let unstable = self.unstable(&group.group_id.0, require_stable);
                 let wanted: Wanted = group.topics.as_ref().map(|topics| {
                     topics
                         .iter()
@@ -160,12 +163,15 @@ impl Coordinator {
                         let partitions = partitions
                             .into_iter()
                             .map(|(index, committed)| {
+                                let held = unstable(&topic, index);
+                                let committed = committed.filter(|_| !held);
                                 let (offset, epoch, metadata) = committed_fields(committed);
                                 OffsetFetchResponsePartitions::default()
                                     .with_partition_index(index)
                                     .with_committed_offset(offset)
                                     .with_committed_leader_epoch(epoch)
                                     .with_metadata(Some(str_bytes(&metadata)))
+                                    .with_error_code(unstable_code(held))
                             })
                             .collect();
                         OffsetFetchResponseTopics::default()
@@ -192,6 +198,7 @@ impl Coordinator {
                 None if version < 2 => Some(Vec::new()),
                 None => None,
             };
+            let unstable = self.unstable(&request.group_id.0, require_stable);
             let (error, answer) = match self.read_offsets(&request.group_id.0, wanted.clone()) {
                 Ok(answer) => (NONE, answer),
                 // v1 has no top-level error: it goes on every partition.
@@ -207,12 +214,18 @@ impl Coordinator {
                     let partitions = partitions
                         .into_iter()
                         .map(|(index, committed)| {
+                            let held = unstable(&topic, index);
+                            let committed = committed.filter(|_| !held);
                             let (offset, epoch, metadata) = committed_fields(committed);
+                            let code = match version {
+                                ..2 => error,
+                                _ => unstable_code(held),
+                            };
                             let mut answered = OffsetFetchResponsePartition::default()
                                 .with_partition_index(index)
                                 .with_committed_offset(offset)
                                 .with_metadata(Some(str_bytes(&metadata)))
-                                .with_error_code(if version < 2 { error } else { NONE });
+                                .with_error_code(code);
                             if version >= 5 {
                                 answered.committed_leader_epoch = epoch;
                             }
@@ -228,6 +241,30 @@ impl Coordinator {
         let mut out = Effects::default();
         out.reply(reply, GroupResponse::OffsetFetch(response));
         self.ready_replies(out);
+    }
+
+    /// Which partitions of the group a transaction holds pending, as a
+    /// test (always false unless `require_stable`): Kafka answers them
+    /// UNSTABLE_OFFSET_COMMIT instead of the last committed offset.
+    fn unstable(
+        &mut self,
+        group_id: &str,
+        require_stable: bool,
+    ) -> impl Fn(&str, i32) -> bool + use<> {
+        let held: BTreeSet<(String, i32)> = match self.shard_of(group_id) {
+            Ok((_, shard)) if require_stable => shard
+                .groups
+                .get(group_id)
+                .map(|g| {
+                    g.pending_txn
+                        .values()
+                        .flat_map(|o| o.keys().cloned())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            _ => BTreeSet::new(),
+        };
+        move |topic, partition| held.contains(&(topic.to_owned(), partition))
     }
 
     /// Acknowledged offsets of a group: the wanted partitions (-1 where
@@ -396,7 +433,8 @@ impl Coordinator {
                         });
                     }
                 }
-                if empty && expired == group.offsets.len() {
+                // A group whose transaction holds offsets stays for its marker.
+                if empty && expired == group.offsets.len() && group.pending_txn.is_empty() {
                     records.push(Record::GroupTombstone {
                         group: group.id.clone(),
                     });
@@ -423,6 +461,14 @@ fn decode_subscription(metadata: bytes::Bytes) -> Option<ConsumerProtocolSubscri
     let version = i16::from_be_bytes([buf[0], buf[1]]);
     bytes::Buf::advance(&mut buf, 2);
     ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3)).ok()
+}
+
+fn unstable_code(held: bool) -> i16 {
+    if held {
+        GroupError::UnstableOffsetCommit.code()
+    } else {
+        NONE
+    }
 }
 
 fn committed_fields(committed: Option<CommittedOffset>) -> (i64, i32, String) {

@@ -8,12 +8,12 @@ use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{
     DeleteGroupsResponse, DescribeGroupsResponse, HeartbeatResponse, JoinGroupResponse,
     LeaveGroupResponse, ListGroupsResponse, OffsetCommitResponse, OffsetDeleteResponse,
-    OffsetFetchResponse, SyncGroupResponse,
+    OffsetFetchResponse, SyncGroupResponse, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use super::record::Record;
-use super::types::{CoordinatorPartition, ProposalId, ReplyTo, RequestToken};
+use super::types::{CoordinatorPartition, ProposalId, ReplyTo, RequestToken, TxnProducer};
 
 /// A response of one of the coordinator's APIs.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +28,7 @@ pub enum GroupResponse {
     DescribeGroups(DescribeGroupsResponse),
     DeleteGroups(DeleteGroupsResponse),
     OffsetDelete(OffsetDeleteResponse),
+    TxnOffsetCommit(TxnOffsetCommitResponse),
 }
 
 impl GroupResponse {
@@ -45,6 +46,15 @@ impl GroupResponse {
                     .for_each(|p| p.error_code = code);
             }
             GroupResponse::OffsetDelete(delete) => delete.error_code = code,
+            GroupResponse::TxnOffsetCommit(commit) => {
+                let partitions = commit
+                    .topics
+                    .iter_mut()
+                    .flat_map(|t| t.partitions.iter_mut());
+                partitions
+                    .filter(|p| p.error_code == super::error::NONE)
+                    .for_each(|p| p.error_code = code);
+            }
             _ => {}
         }
     }
@@ -70,6 +80,8 @@ pub struct Proposal {
     /// A snapshot of the partition's whole view: once it is acknowledged,
     /// the host deletes the partition's log before it (DeleteRecords).
     pub compacts: bool,
+    /// Appended as a transactional batch of this producer (TxnOffsetCommit).
+    pub producer: Option<TxnProducer>,
 }
 
 /// Everything the host must act on after an input, in order: send the
@@ -126,6 +138,7 @@ pub struct StaticRejoin {
 #[derive(Debug)]
 pub struct PendingProposal {
     pub records: Vec<Record>,
+    pub producer: Option<TxnProducer>,
     pub waiter: OnAcknowledged,
 }
 
@@ -164,7 +177,21 @@ impl Effects {
     }
 
     pub fn propose(&mut self, records: Vec<Record>, waiter: OnAcknowledged) {
-        self.proposals.push(PendingProposal { records, waiter });
+        self.propose_for(records, None, waiter);
+    }
+
+    /// Proposes `records`, as a transactional entry of `producer` if given.
+    pub fn propose_for(
+        &mut self,
+        records: Vec<Record>,
+        producer: Option<TxnProducer>,
+        waiter: OnAcknowledged,
+    ) {
+        self.proposals.push(PendingProposal {
+            records,
+            producer,
+            waiter,
+        });
     }
 
     /// Answers at once when there is nothing to make durable, otherwise

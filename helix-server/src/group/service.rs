@@ -12,6 +12,15 @@
 //! its log held is acknowledged (its new term's no-op), replays the log into
 //! the coordinator, and serves; when it stops leading, the partition is
 //! unloaded and its clients move to the new leader (FindCoordinator).
+//!
+//! A TxnOffsetCommit's entry is appended as a transactional batch of its
+//! producer; the transaction coordinator writes its markers into the same
+//! partition (`txn::markers`, through the topic table, which holds this
+//! node's replicas of `__consumer_offsets` too).
+//! The host reads the log after its view's position for those markers, in
+//! log order with its own entries: before applying an acknowledged entry
+//! (what precedes it in the log first), and on every tick while none of its
+//! proposals is in flight (then nothing of its own can precede a marker).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -23,7 +32,9 @@ use kafka_protocol::messages::ResponseKind;
 use tokio::sync::{mpsc, oneshot};
 
 use super::coordinator::Coordinator;
+use super::error::GroupError;
 use super::response::{Proposal, Reply};
+use super::txn_offsets::LoggedEntry;
 use super::types::{ClientInfo, CoordinatorPartition, ProposalId, RequestToken};
 use super::wire::{GroupCall, NodeAddress, find_coordinator};
 use crate::batcher::ProduceOutcome;
@@ -33,7 +44,7 @@ use crate::cluster::ClusterState;
 use crate::controller::placement;
 use crate::error::{HelixError, Result};
 use crate::replica::Partition;
-use crate::replica::internal::{self, LeaderLoaded};
+use crate::replica::internal::{self, InternalEntry, LeaderLoaded, TxnProducer};
 use crate::topics::{Opened, ReplicaFactory, Topic, TopicPartition};
 
 /// Kafka's name of the internal topic holding group records.
@@ -286,6 +297,64 @@ impl GroupService {
         Ok(reply.response.into_kind())
     }
 
+    /// How many `__consumer_offsets` partitions there are (AddOffsetsToTxn
+    /// hashes a group id over them).
+    pub fn offsets_partitions(&self) -> u32 {
+        self.partitions.len() as u32
+    }
+
+    /// The `__consumer_offsets` partition of `group_id`.
+    pub fn offsets_partition_of(&self, group_id: &str) -> i32 {
+        self.lock().coordinator.partition_for(group_id).0 as i32
+    }
+
+    /// Applies what the log holds past the view's position up to `limit`
+    /// (markers, and any entry of this node not applied yet), in log order.
+    fn catch_up(&self, host: &mut Host, index: CoordinatorPartition, limit: i64) {
+        let Some(from) = host.coordinator.log_position(index) else {
+            return;
+        };
+        if from >= limit {
+            return;
+        }
+        let Some(partition) = self
+            .partitions
+            .get(index.0 as usize)
+            .and_then(|p| p.local.clone())
+        else {
+            return;
+        };
+        let now = now_ms_unsigned();
+        let read = internal::for_each_entry(&partition, from, limit, |offset, entry| {
+            let applied = host
+                .coordinator
+                .apply_logged(index, offset, logged(&entry), now);
+            if let Err(error) = applied {
+                tracing::warn!(partition = %index, offset, %error, "skipping a coordinator entry");
+            }
+            Ok(())
+        });
+        if let Err(error) = read {
+            tracing::warn!(partition = %index, %error, "reading a coordinator partition for markers");
+        }
+        self.drain(host);
+    }
+
+    /// Markers written since the last look, for every partition served
+    /// here with no proposal in flight (tick).
+    fn notice_markers(&self) {
+        let mut host = self.lock();
+        for p in &self.partitions {
+            let Some(local) = &p.local else { continue };
+            let index = CoordinatorPartition(p.index as u32);
+            if host.coordinator.has_in_flight(index) {
+                continue;
+            }
+            let hw = local.high_watermark().0;
+            self.catch_up(&mut host, index, hw);
+        }
+    }
+
     /// The groups this node coordinates (loaded partitions only), for
     /// metrics: state, members and committed offsets.
     pub fn observe(&self) -> Vec<GroupView> {
@@ -347,14 +416,50 @@ impl GroupService {
         }
     }
 
-    fn settle(&self, id: ProposalId, acknowledged: bool) {
+    /// Before an entry acknowledged at `offset` is applied: what precedes
+    /// it in the log (markers) is applied first.
+    fn before_applying(&self, index: CoordinatorPartition, offset: i64) {
         let mut host = self.lock();
-        if acknowledged {
-            host.coordinator.on_acknowledged(id, now_ms_unsigned());
-        } else {
-            host.coordinator.on_proposal_failed(id, now_ms_unsigned());
+        self.catch_up(&mut host, index, offset);
+    }
+
+    fn settle(&self, id: ProposalId, outcome: std::result::Result<i64, GroupError>) {
+        let mut host = self.lock();
+        match outcome {
+            Ok(offset) => host
+                .coordinator
+                .on_appended(id, Some(offset), now_ms_unsigned()),
+            Err(error) => host
+                .coordinator
+                .on_proposal_refused(id, error, now_ms_unsigned()),
         }
         self.drain(&mut host);
+    }
+}
+
+/// What the coordinator answers for an entry its partition's leader
+/// refused: a transactional entry of a fenced epoch (a newer one of the
+/// producer reached the partition after the verification) is
+/// INVALID_PRODUCER_EPOCH; any other failure NOT_COORDINATOR, as before.
+fn refusal(error: &HelixError) -> GroupError {
+    match error {
+        HelixError::InvalidProducerEpoch => GroupError::InvalidProducerEpoch,
+        _ => GroupError::NotCoordinator,
+    }
+}
+
+/// An entry read back from a coordinator partition, as the coordinator
+/// takes it.
+fn logged(entry: &InternalEntry) -> LoggedEntry<'_> {
+    match entry {
+        InternalEntry::Value { value, producer } => LoggedEntry::Records {
+            entry: value,
+            producer: producer.map(|p| p.producer_id),
+        },
+        InternalEntry::Marker(m) => LoggedEntry::Marker {
+            producer_id: m.producer_id,
+            commit: m.commit,
+        },
     }
 }
 
@@ -374,18 +479,23 @@ impl LeaderLoaded for GroupService {
         let mut host = self.lock();
         host.coordinator.begin_load(id);
         let end = partition.high_watermark().0;
-        let records = internal::for_each_value(partition, 0, end, |offset, value| {
-            if let Err(error) = host.coordinator.replay(id, &value, now) {
+        let records = internal::for_each_entry(partition, 0, end, |offset, entry| {
+            let replayed = host.coordinator.replay_at(id, offset, logged(&entry), now);
+            if let Err(error) = replayed {
                 tracing::warn!(partition = %id, offset, %error, "skipping a coordinator record");
             }
             Ok(())
         });
-        if let Err(e) = records {
-            host.coordinator.unload(id);
-            self.drain(&mut host);
-            return Err(e);
-        }
-        host.coordinator.finish_load(id, epoch, now);
+        let replayed_to = match records {
+            Ok(next) => next.max(end),
+            Err(e) => {
+                host.coordinator.unload(id);
+                self.drain(&mut host);
+                return Err(e);
+            }
+        };
+        host.coordinator
+            .finish_load_at(id, epoch, Some(replayed_to), now);
         self.drain(&mut host);
         tracing::info!(partition = %id, epoch, end, "coordinating the partition's groups");
         Ok(())
@@ -408,18 +518,28 @@ async fn propose(
     backpressure: Backpressure,
 ) {
     type Outcome = (ProposalId, bool, Option<oneshot::Receiver<ProduceOutcome>>);
+    let index = CoordinatorPartition(partition.index as u32);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Outcome>();
     let reporter = service.clone();
     let log = partition.clone();
     tokio::spawn(async move {
         while let Some((id, compacts, waiting)) = done_rx.recv().await {
-            let acknowledged = match waiting {
+            let outcome = match waiting {
                 Some(rx) => match rx.await {
-                    Ok(Ok(ack)) => Some(ack.base_offset),
-                    _ => None,
+                    Ok(Ok(ack)) => Ok(ack.base_offset),
+                    Ok(Err(error)) => Err(refusal(&error)),
+                    Err(_) => Err(GroupError::NotCoordinator),
                 },
-                None => None,
+                None => Err(GroupError::NotCoordinator),
             };
+            let acknowledged = outcome.as_ref().ok().copied();
+            let Some(service) = reporter.upgrade() else {
+                return;
+            };
+            if let Some(offset) = acknowledged {
+                service.before_applying(index, offset.0);
+            }
+            drop(service);
             if let (true, Some(snapshot_offset)) = (compacts, acknowledged) {
                 // Everything before the snapshot entry is in it.
                 if let Err(error) = log.delete_records(snapshot_offset).await {
@@ -429,14 +549,19 @@ async fn propose(
             let Some(service) = reporter.upgrade() else {
                 return;
             };
-            service.settle(id, acknowledged.is_some());
+            service.settle(id, outcome.map(|o| o.0));
         }
     });
     while let Some(proposal) = proposals.recv().await {
-        let waiting = internal::append(
+        let producer = proposal.producer.map(|p| TxnProducer {
+            producer_id: p.producer_id,
+            epoch: p.epoch,
+        });
+        let waiting = internal::append_for(
             &partition,
             &backpressure,
             &proposal.entry,
+            producer,
             PROPOSAL_ROOM_TIMEOUT,
         )
         .await;
@@ -459,6 +584,7 @@ async fn tick(service: Weak<GroupService>) {
         let Some(service) = service.upgrade() else {
             return;
         };
+        service.notice_markers();
         let mut host = service.lock();
         host.coordinator.tick(now_ms_unsigned());
         service.drain(&mut host);

@@ -6,4 +6,5 @@ mod harness;
 mod membership;
 mod offsets_admin;
 mod simulation;
+mod transactions;
 mod versions;

@@ -15,6 +15,14 @@ pub struct RequestToken(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProposalId(pub u64);
 
+/// The transactional producer a TxnOffsetCommit's entry is appended for:
+/// the batch carries its id and epoch, and its marker ends the offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+}
+
 /// An internal coordinator partition (one Raft group) that owns a fixed
 /// share of group ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -18,4 +18,6 @@ pub const SUPPORTED_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    // v4 adds only TRANSACTION_ABORTABLE, never answered here.
+    (ApiKey::TxnOffsetCommit, 0, 4),
 ];

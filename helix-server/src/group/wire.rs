@@ -58,6 +58,12 @@ pub fn range(key: ApiKey) -> Option<(i16, i16)> {
         .map(|(_, min, max)| (min, max))
 }
 
+/// A TxnOffsetCommit as a group call (the dispatch checks its topics and
+/// its transaction first).
+pub fn txn_offset_commit(request: kafka_protocol::messages::TxnOffsetCommitRequest) -> GroupCall {
+    GroupCall::Coordinator(GroupRequest::TxnOffsetCommit(request))
+}
+
 /// Sorts a decoded request: a group call, or back to the caller.
 pub fn classify(kind: RequestKind) -> Result<GroupCall, Box<RequestKind>> {
     let request = match kind {
@@ -71,6 +77,7 @@ pub fn classify(kind: RequestKind) -> Result<GroupCall, Box<RequestKind>> {
         RequestKind::DescribeGroups(r) => GroupRequest::DescribeGroups(r),
         RequestKind::DeleteGroups(r) => GroupRequest::DeleteGroups(r),
         RequestKind::OffsetDelete(r) => GroupRequest::OffsetDelete(r),
+        RequestKind::TxnOffsetCommit(r) => GroupRequest::TxnOffsetCommit(r),
         RequestKind::FindCoordinator(r) => return Ok(GroupCall::FindCoordinator(r)),
         other => return Err(Box::new(other)),
     };
@@ -90,6 +97,7 @@ impl GroupResponse {
             GroupResponse::DescribeGroups(r) => ResponseKind::DescribeGroups(r),
             GroupResponse::DeleteGroups(r) => ResponseKind::DeleteGroups(r),
             GroupResponse::OffsetDelete(r) => ResponseKind::OffsetDelete(r),
+            GroupResponse::TxnOffsetCommit(r) => ResponseKind::TxnOffsetCommit(r),
         }
     }
 }

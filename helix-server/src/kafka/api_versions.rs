@@ -15,6 +15,7 @@
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
+use super::producer_state::{DESCRIBE_PRODUCERS_VERSIONS, WRITE_TXN_MARKERS_VERSIONS};
 use crate::error::code;
 use kafka_protocol::error::ResponseError;
 
@@ -35,6 +36,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
+    (
+        ApiKey::DescribeProducers,
+        DESCRIBE_PRODUCERS_VERSIONS.0,
+        DESCRIBE_PRODUCERS_VERSIONS.1,
+    ),
+    (
+        ApiKey::WriteTxnMarkers,
+        WRITE_TXN_MARKERS_VERSIONS.0,
+        WRITE_TXN_MARKERS_VERSIONS.1,
+    ),
 ];
 
 /// The advertised range of `key`, if served.

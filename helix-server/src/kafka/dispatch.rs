@@ -15,20 +15,21 @@ use std::sync::Arc;
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
     ApiKey, FetchRequest, OffsetCommitRequest, OffsetCommitResponse, RequestHeader, RequestKind,
-    ResponseKind,
+    ResponseKind, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::Decodable;
 
 use super::context::{Administering, Partitions, Producing, Routing};
 use super::segmented::{self, Frame, encode};
 use super::{
-    api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce, records,
-    topics,
+    api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce,
+    producer_state, records, topics,
 };
 use crate::broker::Broker;
 use crate::error::Result;
 use crate::group::service::GroupService;
 use crate::group::wire::KEY_TYPE_TRANSACTION;
+use crate::txn::tooling;
 use crate::txn::wire as txn;
 
 /// A response still being computed: resolves to the encoded frame, or
@@ -275,9 +276,27 @@ async fn route(
                 txn::add_partitions_to_txn(&b.txn, &b.topics, req, v).await,
             )
         }),
+        RequestKind::AddOffsetsToTxn(req) => r.answer(async move {
+            ResponseKind::AddOffsetsToTxn(txn::add_offsets_to_txn(&b.txn, req, v).await)
+        }),
+        RequestKind::TxnOffsetCommit(req) => txn_offset_commit(&b, r, req, peer)?,
         RequestKind::EndTxn(req) => {
             r.answer(async move { ResponseKind::EndTxn(txn::end_txn(&b.txn, req, v).await) })
         }
+        RequestKind::DescribeTransactions(req) => r.answer(async move {
+            ResponseKind::DescribeTransactions(tooling::describe_transactions(&b.txn, req))
+        }),
+        RequestKind::ListTransactions(req) => r.answer(async move {
+            ResponseKind::ListTransactions(tooling::list_transactions(&b.txn, req))
+        }),
+        RequestKind::DescribeProducers(req) => r.answer(async move {
+            ResponseKind::DescribeProducers(
+                producer_state::describe_producers(&b.topics, req).await,
+            )
+        }),
+        RequestKind::WriteTxnMarkers(req) => r.answer(async move {
+            ResponseKind::WriteTxnMarkers(producer_state::write_txn_markers(&b.topics, req).await)
+        }),
         RequestKind::DescribeCluster(req) => r.answer(async move {
             ResponseKind::DescribeCluster(describe_cluster::describe(Routing::of(&b), req, v))
         }),
@@ -335,6 +354,49 @@ fn offset_commit(
     Ok(Box::pin(async move {
         let mut answer = groups.call(call, r.version, client_id, host).await?;
         if let ResponseKind::OffsetCommit(resp) = &mut answer {
+            resp.topics.extend(unknown);
+        }
+        r.respond(answer)
+    }))
+}
+
+/// TxnOffsetCommit: partitions of unknown topics are answered here; the
+/// transaction coordinator confirms the group's partition is in the
+/// producer's transaction; the rest goes to the group coordinator.
+fn txn_offset_commit(
+    b: &Arc<Broker>,
+    r: Request,
+    mut req: TxnOffsetCommitRequest,
+    peer: Option<std::net::IpAddr>,
+) -> std::result::Result<PendingResponse, Close> {
+    let unknown = super::offset_commit::take_unknown_txn(&b.topics, &mut req);
+    let client_id = r.client_id();
+    let host = crate::group::wire::client_host(peer);
+    let b = b.clone();
+    Ok(Box::pin(async move {
+        if req.topics.is_empty() {
+            let resp = TxnOffsetCommitResponse::default().with_topics(unknown);
+            return r.respond(ResponseKind::TxnOffsetCommit(resp));
+        }
+        let verified = txn::verify_txn_offsets(
+            &b.txn,
+            &b.groups,
+            &req.transactional_id.0,
+            req.producer_id.0,
+            req.producer_epoch,
+            &req.group_id.0,
+            r.version,
+        )
+        .await;
+        if let Err(code) = verified {
+            let mut topics = super::offset_commit::txn_all_failed(&req, code);
+            topics.extend(unknown);
+            let resp = TxnOffsetCommitResponse::default().with_topics(topics);
+            return r.respond(ResponseKind::TxnOffsetCommit(resp));
+        }
+        let call = crate::group::wire::txn_offset_commit(req);
+        let mut answer = b.groups.call(call, r.version, client_id, host).await?;
+        if let ResponseKind::TxnOffsetCommit(resp) = &mut answer {
             resp.topics.extend(unknown);
         }
         r.respond(answer)

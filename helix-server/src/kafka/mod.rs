@@ -16,12 +16,17 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_commit;
 pub mod produce;
+pub mod producer_state;
 pub mod records;
 pub mod segmented;
 pub mod topics;
 
 #[cfg(test)]
+pub(crate) mod producer_state_tests;
+#[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod txn_offsets_tests;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

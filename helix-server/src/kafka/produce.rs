@@ -90,7 +90,18 @@ fn accept(
         records
     };
     let valid = if transactional {
-        batch::validate_transactional(records, topic.max_message_bytes, bounds)?
+        let valid = batch::validate_transactional(records, topic.max_message_bytes, bounds)?;
+        // Only the group coordinator's own batches go without a sequence
+        // (`replica::producers::check` takes them on their epoch alone).
+        for b in &valid {
+            let h = batch::parse_header(&b.bytes)?;
+            if h.is_transactional() && h.base_sequence == batch::NO_SEQUENCE {
+                return Err(HelixError::InvalidRecord(
+                    "a transactional batch must carry a sequence".into(),
+                ));
+            }
+        }
+        valid
     } else {
         batch::validate(records, topic.max_message_bytes, bounds)?
     };

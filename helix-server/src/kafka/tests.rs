@@ -184,6 +184,29 @@ fn request(b: &Broker, key: ApiKey, version: i16) -> RequestKind {
             r.into()
         }
         ApiKey::DescribeCluster => DescribeClusterRequest::default().into(),
+        ApiKey::DescribeProducers => DescribeProducersRequest::default()
+            .with_topics(vec![
+                describe_producers_request::TopicRequest::default()
+                    .with_name(wire_topic("t"))
+                    .with_partition_indexes(vec![0]),
+            ])
+            .into(),
+        // An abort marker for a producer "cp" never saw: appended, as Kafka
+        // appends it ("t" keeps one record per produce version).
+        ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::default()
+            .with_markers(vec![
+                write_txn_markers_request::WritableTxnMarker::default()
+                    .with_producer_id(ProducerId(77))
+                    .with_producer_epoch(version)
+                    .with_transaction_result(false)
+                    .with_coordinator_epoch(1)
+                    .with_topics(vec![
+                        write_txn_markers_request::WritableTxnMarkerTopic::default()
+                            .with_name(wire_topic("cp"))
+                            .with_partition_indexes(vec![0]),
+                    ]),
+            ])
+            .into(),
         other => panic!("no test request for {other:?}"),
     }
 }
@@ -279,6 +302,17 @@ fn error_codes(r: &ResponseKind) -> Vec<i16> {
         }
         ResponseKind::CreatePartitions(r) => r.results.iter().map(|t| t.error_code).collect(),
         ResponseKind::DescribeCluster(r) => vec![r.error_code],
+        ResponseKind::DescribeProducers(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect(),
+        ResponseKind::WriteTxnMarkers(r) => r
+            .markers
+            .iter()
+            .flat_map(|m| &m.topics)
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect(),
         other => panic!("unexpected response {other:?}"),
     }
 }

@@ -18,6 +18,10 @@ pub const NO_TIMESTAMP: i64 = -1;
 /// Producer id of a batch sent without idempotence.
 pub const NO_PRODUCER_ID: i64 = -1;
 
+/// Base sequence of a batch without one (Kafka's `RecordBatch.NO_SEQUENCE`):
+/// a marker, or a coordinator's transactional batch (TxnOffsetCommit).
+pub const NO_SEQUENCE: i32 = -1;
+
 /// Parses the header of the whole batch at the start of `b`, checking its
 /// structure (length, magic 2, lastOffsetDelta, all of it present).
 pub fn parse_header(b: &[u8]) -> Result<BatchHeader> {

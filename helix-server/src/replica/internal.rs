@@ -5,6 +5,12 @@
 //! read back in log order up to the high watermark. A service that serves
 //! such partitions while it leads them follows their leadership with
 //! [`follow_leadership`].
+//!
+//! The group coordinator also appends entries on behalf of a transactional
+//! producer (TxnOffsetCommit: a transactional batch with the producer's id
+//! and epoch and no sequence, as Kafka's coordinator appends them), and the
+//! transaction coordinator writes its markers (control batches) there:
+//! [`for_each_entry`] reads both back; [`for_each_value`] skips markers.
 
 use std::fmt::Display;
 use std::sync::{Arc, Weak};
@@ -17,6 +23,7 @@ use kafka_protocol::records::{
 };
 use tokio::sync::oneshot;
 
+use super::markers::Marker;
 use super::{Partition, batch};
 use crate::batcher::{PendingProduce, ProduceOutcome};
 use crate::budget::Backpressure;
@@ -26,18 +33,42 @@ use crate::offset::Offset;
 /// Bytes read per step while replaying.
 const READ_BYTES: usize = 1 << 20;
 
-/// `value` as a one-record v2 batch (offsets and epoch patched at apply).
-pub fn value_batch(value: &Bytes) -> Result<Bytes> {
+/// The transactional producer an entry is appended for (TxnOffsetCommit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+}
+
+/// One entry of an internal partition as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InternalEntry {
+    /// A record's value; `producer` is set when its batch is transactional.
+    Value {
+        value: Bytes,
+        producer: Option<TxnProducer>,
+    },
+    /// A transaction marker (a control batch's record).
+    Marker(Marker),
+}
+
+/// `value` as a one-record v2 batch (offsets and epoch patched at apply),
+/// transactional for `producer` when given. Such a
+/// batch carries no sequence (Kafka's coordinator-origin appends): the
+/// leader checks only its epoch (`producers::check`).
+fn batch_of(value: &Bytes, producer: Option<TxnProducer>) -> Result<Bytes> {
+    let (producer_id, producer_epoch) =
+        producer.map_or((batch::NO_PRODUCER_ID, -1), |p| (p.producer_id, p.epoch));
     let record = Record {
-        transactional: false,
+        transactional: producer.is_some(),
         control: false,
         delete_horizon: false,
         partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
+        producer_id,
+        producer_epoch,
         timestamp_type: TimestampType::Creation,
         offset: 0,
-        sequence: -1,
+        sequence: batch::NO_SEQUENCE,
         timestamp: crate::clock::now_ms(),
         key: None,
         value: Some(value.clone()),
@@ -62,9 +93,20 @@ pub async fn append(
     value: &Bytes,
     room_timeout: Duration,
 ) -> Result<oneshot::Receiver<ProduceOutcome>> {
+    append_for(partition, backpressure, value, None, room_timeout).await
+}
+
+/// [`append`], as a transactional batch of `producer` when given.
+pub async fn append_for(
+    partition: &Partition,
+    backpressure: &Backpressure,
+    value: &Bytes,
+    producer: Option<TxnProducer>,
+    room_timeout: Duration,
+) -> Result<oneshot::Receiver<ProduceOutcome>> {
     partition.check_leader(-1)?;
-    let batch = value_batch(value)?;
-    let batches: Vec<Bytes> = batch::validate(&batch, i32::MAX, None)?
+    let batch = batch_of(value, producer)?;
+    let batches: Vec<Bytes> = batch::validate_transactional(&batch, i32::MAX, None)?
         .into_iter()
         .map(|b| b.bytes)
         .collect();
@@ -85,13 +127,29 @@ pub async fn append(
 }
 
 /// Calls `visit(offset, value)` for every record from offset `from` up to
-/// `end` (at most the high watermark), in order. Returns the offset after
-/// the last record visited.
+/// `end` (at most the high watermark), in order, skipping markers. Returns
+/// the offset after the last record read.
 pub fn for_each_value(
     partition: &Partition,
     from: i64,
     end: i64,
     mut visit: impl FnMut(i64, Bytes) -> Result<()>,
+) -> Result<i64> {
+    for_each_entry(partition, from, end, |offset, entry| match entry {
+        InternalEntry::Value { value, .. } => visit(offset, value),
+        InternalEntry::Marker(_) => Ok(()),
+    })
+}
+
+/// Calls `visit(offset, entry)` for every record from offset `from` up to
+/// `end` (at most the high watermark), in order: values with their
+/// transactional producer, and markers. Returns the offset after the last
+/// record read.
+pub fn for_each_entry(
+    partition: &Partition,
+    from: i64,
+    end: i64,
+    mut visit: impl FnMut(i64, InternalEntry) -> Result<()>,
 ) -> Result<i64> {
     let mut next = from.max(partition.log_start_offset().0);
     while next < end {
@@ -107,7 +165,21 @@ pub fn for_each_value(
                 continue;
             }
             next = record.offset + 1;
-            visit(record.offset, record.value.unwrap_or_default())?;
+            let offset = record.offset;
+            if record.control {
+                // A control record this broker does not write (not an
+                // end-transaction marker) changes nothing.
+                if let Some(marker) = marker_of(&record) {
+                    visit(offset, InternalEntry::Marker(marker))?;
+                }
+                continue;
+            }
+            let producer = record.transactional.then_some(TxnProducer {
+                producer_id: record.producer_id,
+                epoch: record.producer_epoch,
+            });
+            let value = record.value.unwrap_or_default();
+            visit(offset, InternalEntry::Value { value, producer })?;
         }
         if next == before {
             return Err(HelixError::CorruptState(format!(
@@ -116,6 +188,28 @@ pub fn for_each_value(
         }
     }
     Ok(next)
+}
+
+/// The end-transaction marker a control record holds: key (version i16,
+/// type i16: ABORT 0, COMMIT 1), value (version i16, coordinator epoch i32).
+fn marker_of(record: &Record) -> Option<Marker> {
+    let key = record.key.as_ref()?;
+    let value = record.value.as_ref()?;
+    if key.len() < 4 || value.len() < 6 {
+        return None;
+    }
+    let commit = match i16::from_be_bytes([key[2], key[3]]) {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    Some(Marker {
+        producer_id: record.producer_id,
+        producer_epoch: record.producer_epoch,
+        commit,
+        coordinator_epoch: i32::from_be_bytes([value[2], value[3], value[4], value[5]]),
+        timestamp: record.timestamp,
+    })
 }
 
 /// A service that serves a state machine from the internal partitions it
@@ -175,5 +269,67 @@ pub async fn follow_leadership<S: LeaderLoaded>(
         if leadership.changed().await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replica::markers::control_batch;
+    use crate::replica::producers::{Known, SequenceCheck, check};
+
+    fn decoded(batch: &[u8]) -> Vec<Record> {
+        let mut bytes = Bytes::copy_from_slice(batch);
+        RecordBatchDecoder::decode_all(&mut bytes)
+            .expect("decode")
+            .into_iter()
+            .flat_map(|set| set.records)
+            .collect()
+    }
+
+    #[test]
+    fn a_marker_reads_back_from_its_control_record() {
+        for commit in [false, true] {
+            let m = Marker {
+                producer_id: 7,
+                producer_epoch: 2,
+                commit,
+                coordinator_epoch: 5,
+                timestamp: 99,
+            };
+            let records = decoded(&control_batch(&m));
+            assert_eq!(records.len(), 1);
+            assert!(records[0].control);
+            assert_eq!(marker_of(&records[0]), Some(m));
+        }
+    }
+
+    #[test]
+    fn a_coordinator_transactional_batch_is_checked_on_its_epoch_only() {
+        let producer = TxnProducer {
+            producer_id: 7,
+            epoch: 3,
+        };
+        let b = batch_of(&Bytes::from_static(b"v"), Some(producer)).expect("batch");
+        let h = batch::parse_header(&b).expect("header");
+        assert!(h.is_transactional());
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (7, 3, -1)
+        );
+        let records = decoded(&b);
+        assert!(records[0].transactional && !records[0].control);
+        // Never seen: accepted without a sequence (a client's needs 0).
+        assert!(matches!(check(Known::Never, &h), Ok(SequenceCheck::Accept)));
+        assert!(matches!(
+            check(Known::Forgotten, &h),
+            Ok(SequenceCheck::Accept)
+        ));
+        let plain = batch_of(&Bytes::from_static(b"v"), None).expect("batch");
+        assert!(
+            !batch::parse_header(&plain)
+                .expect("header")
+                .is_transactional()
+        );
     }
 }

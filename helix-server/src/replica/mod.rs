@@ -430,8 +430,6 @@ impl Partition {
     /// partition's Raft group, as its leader decides it (a stale epoch or
     /// coordinator is refused and never stored). Answers the marker's
     /// offset once it is acknowledged.
-    // Called by the transaction coordinator's host (issue 32, next step).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub async fn write_marker(&self, marker: markers::Marker) -> Result<Offset> {
         let (reply, rx) = oneshot::channel();
         self.commands
@@ -439,6 +437,17 @@ impl Partition {
             .await
             .map_err(|_| HelixError::ShuttingDown)?;
         rx.await.map_err(|_| HelixError::ShuttingDown)?.map(Offset)
+    }
+
+    /// The producers this replica knows, as of the last entry it applied
+    /// (DescribeProducers; any replica answers, as in Kafka).
+    pub async fn describe_producers(&self) -> Result<Vec<producers::ActiveProducer>> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(PartitionCommand::DescribeProducers { reply })
+            .await
+            .map_err(|_| HelixError::ShuttingDown)?;
+        rx.await.map_err(|_| HelixError::ShuttingDown)
     }
 
     /// The current reader handle (cheap: a clone of an `Arc`).

@@ -22,7 +22,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::batch::{BatchHeader, NO_PRODUCER_ID, parse_header};
+use super::batch::{BatchHeader, NO_PRODUCER_ID, NO_SEQUENCE, parse_header};
 use super::markers::AbortedTxn;
 use crate::config::DEFAULT_PRODUCER_ID_EXPIRATION_MS;
 use crate::error::{HelixError, Result};
@@ -128,6 +128,17 @@ pub enum Known<'a> {
 pub fn check(known: Known<'_>, h: &BatchHeader) -> Result<SequenceCheck> {
     if h.producer_id == NO_PRODUCER_ID {
         return Ok(SequenceCheck::Accept);
+    }
+    // The group coordinator's transactional batch (TxnOffsetCommit) has no
+    // sequence, as Kafka's coordinator-origin appends: only its epoch is
+    // checked. Clients cannot send one (`kafka::produce` refuses it).
+    if h.base_sequence == NO_SEQUENCE && h.is_transactional() {
+        return match known {
+            Known::Live(entry) if h.producer_epoch < entry.epoch => {
+                Err(HelixError::InvalidProducerEpoch)
+            }
+            _ => Ok(SequenceCheck::Accept),
+        };
     }
     let entry = match known {
         Known::Live(entry) => entry,
@@ -499,6 +510,9 @@ fn next_seq(s: i32) -> i32 {
     if s == i32::MAX { 0 } else { s + 1 }
 }
 
+mod active;
 #[cfg(test)]
 mod tests;
 mod txn;
+
+pub use active::ActiveProducer;

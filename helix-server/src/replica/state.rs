@@ -165,6 +165,9 @@ impl PartitionState {
             Work::Control(PartitionCommand::Marker { marker, reply }) => {
                 self.propose_marker(group, marker, reply)
             }
+            Work::Control(PartitionCommand::DescribeProducers { reply }) => {
+                let _ = reply.send(self.producers.active());
+            }
             Work::Control(PartitionCommand::Retention { now_ms }) => self.retention(now_ms),
         }
         true

@@ -7,8 +7,11 @@ use kafka_protocol::messages::ApiKey;
 
 use super::state::TxnState;
 
-/// Everything a transaction operation can answer besides success.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+/// Everything a transaction operation can answer besides success (carried
+/// between nodes by `txn::peer`, hence serde).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize,
+)]
 pub enum TxnError {
     #[error("the transactional id is empty or too long, or a field is out of range")]
     InvalidRequest,

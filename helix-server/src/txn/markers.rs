@@ -16,7 +16,6 @@ use super::types::{StatePartition, TopicPartition};
 use crate::clock::now_ms;
 use crate::cluster::peers::PeerLink;
 use crate::error::HelixError;
-use crate::group::service::GROUPS_TOPIC;
 use crate::replica::Partition;
 use crate::replica::markers::Marker;
 
@@ -112,16 +111,6 @@ async fn write_marker<H: MarkerHost>(
     tp: TopicPartition,
     marker: Marker,
 ) -> Option<MarkerOutcome> {
-    if tp.topic == GROUPS_TOPIC {
-        // AddOffsetsToTxn is not served, so no transaction holds a group
-        // partition; should one appear, the group coordinator cannot read
-        // control batches yet.
-        tracing::error!(
-            partition = tp.partition,
-            "a transaction holds a __consumer_offsets partition: marker not written"
-        );
-        return Some(MarkerOutcome::Done);
-    }
     let mut backoff = MARKER_BACKOFF_MIN;
     let mut attempts: u32 = 0;
     loop {

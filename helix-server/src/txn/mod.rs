@@ -11,11 +11,16 @@
 //! as in Kafka; a partition's view changes only when its records are
 //! acknowledged, and `replay` rebuilds it from the log after a failover.
 //! docs/adr/0026-transactions-design.md ("Step 1 as built") records the
-//! design. [`service`] hosts it in the broker, [`markers`] writes its markers and [`wire`] translates
-//! Kafka's requests ("Step 3 as built").
+//! design. [`service`] hosts it in the broker, [`markers`] writes its
+//! markers, [`peer`] carries markers and verifications between nodes and
+//! [`wire`] translates Kafka's requests ("Step 3 as built", "The cluster
+//! step as built"); [`tooling`] answers what `kafka-transactions.sh` asks
+//! the coordinator ("Operator tooling as built"). Offsets in a transaction
+//! ("Offsets in transactions as built"): the group's `__consumer_offsets`
+//! partition joins it (AddOffsetsToTxn), the group coordinator holds the
+//! TxnOffsetCommit's offsets pending, and the markers written there end
+//! them.
 
-// Parts of the coordinator are not served yet (AddOffsetsToTxn, the views
-// for DescribeTransactions / ListTransactions).
 #![allow(dead_code)]
 
 mod coordinator;
@@ -31,7 +36,9 @@ mod request;
 mod response;
 pub mod service;
 mod state;
+pub mod tooling;
 mod types;
+mod views;
 pub mod wire;
 
 #[cfg(test)]

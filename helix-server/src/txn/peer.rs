@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use helix_raft::NodeId;
-use kafka_protocol::ResponseError;
 use serde::{Deserialize, Serialize};
 
+use super::error::TxnError;
 use super::service::TxnService;
 use super::types::TopicPartition;
 use crate::cluster::peers::{BoxFuture, CallService, PeerLink};
@@ -68,10 +68,10 @@ enum MarkerReply {
     Retry(String),
 }
 
-/// A verification's answer: 0, or the Produce error code for the batch.
+/// A verification's answer.
 #[derive(Debug, Serialize, Deserialize)]
 struct VerifyReply {
-    code: i16,
+    result: Result<(), TxnError>,
 }
 
 /// Writes `marker` into `tp` on node `to` (its leader, as the caller last
@@ -105,8 +105,8 @@ pub(super) async fn write_marker(
 }
 
 /// Asks node `to`, the coordinator of `transactional_id`, whether `tp` is in
-/// the producer's ongoing transaction at `epoch`. `Err` is the Produce error
-/// code; a node that cannot be asked is NOT_ENOUGH_REPLICAS (retriable).
+/// the producer's ongoing transaction at `epoch`; a node that cannot be
+/// asked is NOT_COORDINATOR (the caller answers it retriably).
 pub(super) async fn verify(
     link: Arc<dyn PeerLink>,
     to: NodeId,
@@ -114,7 +114,7 @@ pub(super) async fn verify(
     producer_id: i64,
     epoch: i16,
     tp: &TopicPartition,
-) -> Result<(), i16> {
+) -> Result<(), TxnError> {
     let call = TxnCall::Verify {
         transactional_id: transactional_id.to_owned(),
         producer_id,
@@ -123,11 +123,10 @@ pub(super) async fn verify(
         partition: tp.partition,
     };
     match call_peer::<VerifyReply>(&*link, to, &call).await {
-        Ok(VerifyReply { code: 0 }) => Ok(()),
-        Ok(VerifyReply { code }) => Err(code),
+        Ok(VerifyReply { result }) => result,
         Err(error) => {
             tracing::debug!(to = to.0, %error, "verifying a transactional batch failed");
-            Err(ResponseError::NotEnoughReplicas.code())
+            Err(TxnError::NotCoordinator)
         }
     }
 }
@@ -212,14 +211,10 @@ impl CallService for TxnCalls {
                     partition,
                 } => {
                     let tp = TopicPartition::new(&topic, partition);
-                    let code = match service
+                    let result = service
                         .verify_local(&transactional_id, producer_id, epoch, tp)
-                        .await
-                    {
-                        Ok(()) => 0,
-                        Err(code) => code,
-                    };
-                    serde_json::to_vec(&VerifyReply { code })
+                        .await;
+                    serde_json::to_vec(&VerifyReply { result })
                 }
             };
             reply

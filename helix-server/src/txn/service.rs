@@ -16,7 +16,10 @@
 //! acknowledged it replays the log, serves, and asks again for the markers
 //! of every transaction found in a Prepare state.
 //!
-//! Markers are written by `txn::markers`.
+//! Markers are written by `txn::markers`; a transaction's
+//! `__consumer_offsets` partition (AddOffsetsToTxn) is the group service's
+//! replica, which this service is given at open (the group service knows
+//! nothing of transactions).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
@@ -30,9 +33,10 @@ use super::coordinator::Coordinator;
 use super::error::TxnError;
 use super::markers::{MarkerHost, Route};
 use super::peer;
-use super::request::{AddPartitions, EndTxn, InitProducerId, TxnRequest};
+use super::request::{AddOffsets, AddPartitions, EndTxn, InitProducerId, TxnRequest};
 use super::response::{Answer, MarkerWrite, Proposal, Reply};
 use super::types::{ProducerIdAndEpoch, ProposalId, RequestToken, StatePartition, TopicPartition};
+use super::views::{ListFilter, TxnDescription, TxnListing};
 use crate::budget::Backpressure;
 use crate::clock::now_ms_unsigned;
 use crate::cluster::ClusterState;
@@ -41,6 +45,7 @@ use crate::config::TxnConfig;
 use crate::controller::placement;
 use crate::controller::producer_ids::ProducerIds;
 use crate::error::{HelixError, Result};
+use crate::group::service::GroupService;
 use crate::group::wire::NodeAddress;
 use crate::replica::Partition;
 use crate::replica::internal::{self, LeaderLoaded};
@@ -112,6 +117,9 @@ pub struct TxnService {
     /// Peers, for markers and verifications on other nodes (`txn::peer`).
     link: Arc<LinkSlot>,
     producer_ids: Arc<ProducerIds>,
+    /// `__consumer_offsets`: its partition count (AddOffsetsToTxn) and the
+    /// replicas markers of offsets in transactions go to.
+    groups: Arc<GroupService>,
     state_partitions: u32,
     topic_id: uuid::Uuid,
     me: Weak<TxnService>,
@@ -128,6 +136,7 @@ impl TxnService {
         topics: &Arc<TopicTable>,
         producer_ids: &Arc<ProducerIds>,
         link: &Arc<LinkSlot>,
+        groups: &Arc<GroupService>,
     ) -> Result<Arc<TxnService>> {
         let config: TxnConfig = factory.config.transactions.clone();
         let data_dir = factory.config.data_dir.clone();
@@ -194,6 +203,7 @@ impl TxnService {
             topics: topics.clone(),
             link: link.clone(),
             producer_ids: producer_ids.clone(),
+            groups: groups.clone(),
             state_partitions: count,
             topic_id: internal_topic_id(),
             me: me.clone(),
@@ -302,6 +312,28 @@ impl TxnService {
         }
     }
 
+    /// AddOffsetsToTxn: the `__consumer_offsets` partition of `group_id`
+    /// joins the transaction (answered once durable).
+    pub async fn add_offsets(
+        &self,
+        transactional_id: String,
+        producer_id: i64,
+        epoch: i16,
+        group_id: String,
+    ) -> std::result::Result<(), TxnError> {
+        let request = TxnRequest::AddOffsets(AddOffsets {
+            transactional_id,
+            producer_id,
+            epoch,
+            group_id,
+            offsets_partitions: self.groups.offsets_partitions(),
+        });
+        match self.call(request).await {
+            Answer::AddOffsets(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// EndTxn: answered once the Prepare state is durable; the markers
     /// follow.
     pub async fn end_txn(&self, request: EndTxn) -> std::result::Result<(), TxnError> {
@@ -320,45 +352,33 @@ impl TxnService {
     }
 
     /// Whether `partition` is in the ongoing transaction of this producer id
-    /// and epoch (KIP-890 part 1, asked before a transactional batch is
-    /// appended), asked of the transactional id's coordinator wherever it
-    /// is. `Err` is the Produce error code.
+    /// and epoch (KIP-890 part 1, asked before a transactional batch or a
+    /// TxnOffsetCommit is appended), asked of the transactional id's
+    /// coordinator wherever it is; one that cannot be reached is
+    /// NOT_COORDINATOR (each caller answers it retriably).
     pub async fn verify(
         &self,
         transactional_id: &str,
         producer_id: i64,
         epoch: i16,
         partition: TopicPartition,
-    ) -> std::result::Result<(), i16> {
-        let not_available = kafka_protocol::ResponseError::NotEnoughReplicas.code();
+    ) -> std::result::Result<(), TxnError> {
         match self.coordinating_node(transactional_id) {
             Some(node) if node == self.cluster.me => {
                 self.verify_local(transactional_id, producer_id, epoch, partition)
                     .await
             }
             Some(node) => {
-                let link = self.link.link().ok_or(not_available)?;
+                let link = self.link.link().ok_or(TxnError::NotCoordinator)?;
                 peer::verify(link, node, transactional_id, producer_id, epoch, &partition).await
             }
-            None => Err(not_available),
+            None => Err(TxnError::NotCoordinator),
         }
     }
 
     /// [`Self::verify`] answered from this node's coordinator alone (a
     /// transactional id it does not coordinate is NOT_COORDINATOR).
     pub(super) async fn verify_local(
-        &self,
-        transactional_id: &str,
-        producer_id: i64,
-        epoch: i16,
-        partition: TopicPartition,
-    ) -> std::result::Result<(), i16> {
-        self.ask_verify(transactional_id, producer_id, epoch, partition)
-            .await
-            .map_err(TxnError::produce_code)
-    }
-
-    async fn ask_verify(
         &self,
         transactional_id: &str,
         producer_id: i64,
@@ -380,6 +400,21 @@ impl TxnService {
             Answer::VerifyPartitions(Err(e)) => Err(e),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// DescribeTransactions for one transactional id, from the
+    /// acknowledged view (no effects).
+    pub fn describe(
+        &self,
+        transactional_id: &str,
+    ) -> std::result::Result<TxnDescription, TxnError> {
+        self.lock().coordinator.describe(transactional_id)
+    }
+
+    /// ListTransactions over the `__transaction_state` partitions this node
+    /// leads, from the acknowledged view (no effects).
+    pub fn list(&self, filter: &ListFilter) -> std::result::Result<Vec<TxnListing>, TxnError> {
+        self.lock().coordinator.list(filter, now_ms_unsigned())
     }
 
     /// Hands one request to the coordinator and waits for its answer.
@@ -509,11 +544,19 @@ impl MarkerHost for TxnService {
 
     /// Through the local replica when it leads (or no leader is known and it
     /// may be elected here), else through the leader's node.
+    ///
+    /// A partition this node does not know is gone only once its topic
+    /// table is current: right after a restart it may not know the topic
+    /// yet, and skipping the marker then would leave the transaction open
+    /// on that partition for ever.
     fn route(&self, tp: &TopicPartition) -> Option<Route> {
-        let topic = self.topics.get(&tp.topic)?;
-        let p = usize::try_from(tp.partition)
-            .ok()
-            .and_then(|i| topic.partitions.get(i))?;
+        let found = self.topics.get(&tp.topic).and_then(|topic| {
+            let index = usize::try_from(tp.partition).ok()?;
+            topic.partitions.get(index).cloned()
+        });
+        let Some(p) = found else {
+            return (!self.topics.current()).then_some(Route::Unknown);
+        };
         if let Some(local) = &p.local
             && local.leadership().role == Role::Leader
         {

@@ -3,7 +3,9 @@
 //! themselves, on a transactional id's metadata, are in `metadata.rs`.
 
 /// Kafka's transaction states, with the ids `__transaction_state` stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum TxnState {
     /// No transaction open (a new producer id or epoch).
     Empty,
@@ -65,6 +67,12 @@ impl TxnState {
             TxnState::Dead => "Dead",
             TxnState::PrepareEpochFence => "PrepareEpochFence",
         }
+    }
+
+    /// The state DescribeTransactions and ListTransactions call `name`
+    /// (Kafka's `TransactionState.fromName`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|state| state.name() == name)
     }
 
     /// The states this one may be entered from (Kafka's

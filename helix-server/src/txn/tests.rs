@@ -4,7 +4,7 @@
 //! with simulated time, and replay of the acknowledged log.
 
 mod fencing;
-mod harness;
+pub(crate) mod harness;
 mod lifecycle;
 mod replay;
 mod simulation;

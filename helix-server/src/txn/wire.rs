@@ -5,10 +5,12 @@
 //!
 //! Served: FindCoordinator key type 1, InitProducerId with a transactional
 //! id, AddPartitionsToTxn v0-v3 (the clients' versions; v4+ are the
-//! brokers' batched and verify-only form) and EndTxn v0-v4. Not served:
-//! AddOffsetsToTxn and TxnOffsetCommit (the group side of a transaction is
-//! not built), so `send_offsets_to_transaction` is refused by the clients
-//! themselves (they find the API missing).
+//! brokers' batched and verify-only form), AddOffsetsToTxn v0-v4 and
+//! EndTxn v0-v4. TxnOffsetCommit is the group coordinator's
+//! (`group::txn_offsets`); before the group sees one, the dispatch asks
+//! [`verify_txn_offsets`] whether the group's partition is in the
+//! producer's transaction (Kafka 3.9's verification, KIP-890), so no
+//! offsets are left pending without a transaction to end them.
 
 use std::collections::BTreeSet;
 
@@ -17,20 +19,24 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ProducerId,
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
 };
 
 use super::error::TxnError;
 use super::request::{AddPartitions, EndTxn};
 use super::service::TxnService;
 use super::types::{NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ProducerIdAndEpoch, TopicPartition};
+use crate::group::service::{GROUPS_TOPIC, GroupService};
 use crate::group::wire::{KEY_TYPE_TRANSACTION, find_coordinator_of};
 use crate::topics::TopicTable;
 
 /// AddPartitionsToTxn versions served: v0-v3, one transaction per request.
 pub const ADD_PARTITIONS_VERSIONS: (i16, i16) = (0, 3);
+/// AddOffsetsToTxn versions served (v3 is flexible; v4 adds only
+/// TRANSACTION_ABORTABLE, which it never answers here).
+pub const ADD_OFFSETS_VERSIONS: (i16, i16) = (0, 4);
 /// EndTxn versions served (v4 adds only TRANSACTION_ABORTABLE, which EndTxn
 /// never answers here).
 pub const END_TXN_VERSIONS: (i16, i16) = (0, 4);
@@ -43,9 +49,15 @@ pub fn advertised() -> impl Iterator<Item = (ApiKey, i16, i16)> {
             ADD_PARTITIONS_VERSIONS.0,
             ADD_PARTITIONS_VERSIONS.1,
         ),
+        (
+            ApiKey::AddOffsetsToTxn,
+            ADD_OFFSETS_VERSIONS.0,
+            ADD_OFFSETS_VERSIONS.1,
+        ),
         (ApiKey::EndTxn, END_TXN_VERSIONS.0, END_TXN_VERSIONS.1),
     ]
     .into_iter()
+    .chain(super::tooling::advertised())
 }
 
 /// The advertised range of `key`, if the transaction service serves it.
@@ -185,6 +197,67 @@ pub async fn add_partitions_to_txn(
     resp
 }
 
+/// AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the
+/// transaction, answered once durable.
+pub async fn add_offsets_to_txn(
+    service: &TxnService,
+    req: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
+    let mut resp = AddOffsetsToTxnResponse::default();
+    let added = service
+        .add_offsets(
+            req.transactional_id.0.to_string(),
+            req.producer_id.0,
+            req.producer_epoch,
+            req.group_id.0.to_string(),
+        )
+        .await;
+    if let Err(e) = added {
+        resp.error_code = e.code_at(ApiKey::AddOffsetsToTxn, version);
+    }
+    resp
+}
+
+/// Whether a TxnOffsetCommit of this producer may be appended to the
+/// group's `__consumer_offsets` partition: the partition must be in the
+/// producer's ongoing transaction (AddOffsetsToTxn). Otherwise the code
+/// every partition of the request is answered with (Kafka 3.9's
+/// verification answers through `maybeConvertOffsetCommitError`).
+pub async fn verify_txn_offsets(
+    service: &TxnService,
+    groups: &GroupService,
+    transactional_id: &str,
+    producer_id: i64,
+    epoch: i16,
+    group_id: &str,
+    version: i16,
+) -> Result<(), i16> {
+    let partition = groups.offsets_partition_of(group_id);
+    let tp = TopicPartition::new(GROUPS_TOPIC, partition);
+    service
+        .verify(transactional_id, producer_id, epoch, tp)
+        .await
+        .map_err(|e| txn_offsets_error(e, version))
+}
+
+/// TxnOffsetCommit's code for a failed verification: not in the
+/// transaction, INVALID_TXN_STATE (v4: TRANSACTION_ABORTABLE); an old
+/// epoch, INVALID_PRODUCER_EPOCH; the coordinator loading, moving or
+/// elsewhere, COORDINATOR_NOT_AVAILABLE (the client finds the coordinator
+/// again and retries).
+fn txn_offsets_error(error: TxnError, version: i16) -> i16 {
+    match error {
+        TxnError::TransactionAbortable if version >= 4 => {
+            ResponseError::TransactionAbortable.code()
+        }
+        TxnError::NotCoordinator | TxnError::LoadInProgress | TxnError::ConcurrentTransactions => {
+            ResponseError::CoordinatorNotAvailable.code()
+        }
+        other => other.produce_code(),
+    }
+}
+
 /// EndTxn: answered once the transaction's Prepare state is durable.
 pub async fn end_txn(service: &TxnService, req: EndTxnRequest, version: i16) -> EndTxnResponse {
     let request = EndTxn {
@@ -221,6 +294,7 @@ pub async fn verify_produce(
             TopicPartition::new(topic, partition),
         )
         .await
+        .map_err(TxnError::produce_code)
 }
 
 #[cfg(test)]
@@ -228,6 +302,20 @@ mod tests {
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
+
+    #[test]
+    fn txn_offset_commit_verification_answers_as_kafka() {
+        assert_eq!(txn_offsets_error(TxnError::TransactionAbortable, 3), 48);
+        assert_eq!(txn_offsets_error(TxnError::TransactionAbortable, 4), 120);
+        assert_eq!(txn_offsets_error(TxnError::ProducerFenced, 3), 47);
+        assert_eq!(txn_offsets_error(TxnError::NotCoordinator, 0), 15);
+        assert_eq!(txn_offsets_error(TxnError::LoadInProgress, 4), 15);
+    }
+
+    #[test]
+    fn add_offsets_to_txn_is_advertised_v0_to_v4() {
+        assert_eq!(range(ApiKey::AddOffsetsToTxn), Some((0, 4)));
+    }
 
     #[test]
     fn find_coordinator_answers_transactional_ids_at_every_version() {

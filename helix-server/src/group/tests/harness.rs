@@ -12,8 +12,17 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 
 use crate::group::{
     ClientInfo, Coordinator, CoordinatorPartition, GroupConfig, GroupRequest, GroupResponse,
-    Proposal, RequestToken,
+    LoggedEntry, Proposal, RequestToken,
 };
+
+/// One entry of a coordinator partition's log in the harness.
+#[derive(Debug, Clone)]
+pub enum Logged {
+    /// An entry of records; the producer id of a transactional batch.
+    Records(Bytes, Option<i64>),
+    /// A transaction marker: producer id, commit.
+    Marker(i64, bool),
+}
 
 pub fn s(text: &str) -> StrBytes {
     StrBytes::from_string(text.to_owned())
@@ -46,6 +55,9 @@ pub struct Harness {
     pub replies: BTreeMap<RequestToken, (i16, GroupResponse)>,
     /// Acknowledged entries in log order, per partition.
     pub log: Vec<(CoordinatorPartition, Bytes)>,
+    /// Every entry of the log in order, with its transactional producer,
+    /// and the markers written between them (`transactions.rs` replays it).
+    pub logged: Vec<(CoordinatorPartition, Logged)>,
     /// Indexes into `log` of snapshot entries (the host deletes the
     /// partition's log before each).
     pub snapshots: Vec<usize>,
@@ -68,6 +80,7 @@ impl Harness {
             next_token: 0,
             replies: BTreeMap::new(),
             log: Vec::new(),
+            logged: Vec::new(),
             snapshots: Vec::new(),
             hold: false,
             held: Vec::new(),
@@ -103,6 +116,9 @@ impl Harness {
             self.snapshots.push(self.log.len());
         }
         self.log.push((proposal.partition, proposal.entry.clone()));
+        let producer = proposal.producer.map(|p| p.producer_id);
+        let entry = Logged::Records(proposal.entry.clone(), producer);
+        self.logged.push((proposal.partition, entry));
         self.coordinator.on_acknowledged(proposal.id, self.now);
     }
 
@@ -113,6 +129,60 @@ impl Harness {
             self.acknowledge(proposal);
         }
         self.pump();
+    }
+
+    /// The transaction coordinator writes a marker of `producer_id` into
+    /// `partition`; the host reads it back and applies it.
+    pub fn marker(&mut self, partition: CoordinatorPartition, producer_id: i64, commit: bool) {
+        self.logged
+            .push((partition, Logged::Marker(producer_id, commit)));
+        let at = self
+            .coordinator
+            .log_position(partition)
+            .expect("the partition is served");
+        let logged = LoggedEntry::Marker {
+            producer_id,
+            commit,
+        };
+        self.coordinator
+            .apply_logged(partition, at, logged, self.now)
+            .expect("a marker applies");
+        self.pump();
+    }
+
+    /// TxnOffsetCommit of one offset by producer `producer_id` (epoch 0).
+    #[allow(clippy::too_many_arguments)]
+    pub fn txn_commit(
+        &mut self,
+        version: i16,
+        group: &str,
+        producer_id: i64,
+        member: &str,
+        generation: i32,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> RequestToken {
+        let partitions = vec![
+            txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(partition)
+                .with_committed_offset(offset),
+        ];
+        let mut request = TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(s("tx")))
+            .with_group_id(GroupId(s(group)))
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(0)
+            .with_topics(vec![
+                txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                    .with_name(TopicName(s(topic)))
+                    .with_partitions(partitions),
+            ]);
+        if version >= 3 {
+            request.generation_id = generation;
+            request.member_id = s(member);
+        }
+        self.send(version, GroupRequest::TxnOffsetCommit(request))
     }
 
     pub fn send(&mut self, version: i16, request: GroupRequest) -> RequestToken {

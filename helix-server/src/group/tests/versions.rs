@@ -21,6 +21,7 @@ fn api_key(response: &GroupResponse) -> ApiKey {
         GroupResponse::DescribeGroups(_) => ApiKey::DescribeGroups,
         GroupResponse::DeleteGroups(_) => ApiKey::DeleteGroups,
         GroupResponse::OffsetDelete(_) => ApiKey::OffsetDelete,
+        GroupResponse::TxnOffsetCommit(_) => ApiKey::TxnOffsetCommit,
     }
 }
 
@@ -59,6 +60,10 @@ fn round_trip(response: &GroupResponse, version: i16) {
                 .is_ok_and(|d| d.results == r.results),
             GroupResponse::OffsetDelete(r) => OffsetDeleteResponse::decode(&mut bytes, version)
                 .is_ok_and(|d| d.topics == r.topics),
+            GroupResponse::TxnOffsetCommit(r) => {
+                TxnOffsetCommitResponse::decode(&mut bytes, version)
+                    .is_ok_and(|d| d.topics == r.topics)
+            }
         };
     assert!(
         same,
@@ -236,6 +241,12 @@ fn exercise(api: ApiKey, version: i16) -> usize {
             h.send(version.min(2), GroupRequest::DeleteGroups(delete.clone()));
             h.send(version.min(2), GroupRequest::DeleteGroups(delete));
         }
+        ApiKey::TxnOffsetCommit => {
+            let (a, generation) = stable_single(&mut h, "g");
+            h.txn_commit(version, "g", 7, &a, generation, "orders", 0, 5);
+            h.txn_commit(version, "g", 7, "ghost", generation, "orders", 0, 5);
+            h.txn_commit(version, "fresh", 7, "", -1, "orders", 0, 5);
+        }
         other => panic!("{other:?} is not a group API"),
     }
     let mut checked = 0;
@@ -275,6 +286,7 @@ fn advertised_ranges_stay_within_what_the_codec_decodes() {
         ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
         ApiKey::DeleteGroups => DeleteGroupsRequest::VERSIONS,
         ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
+        ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::VERSIONS,
         other => panic!("{other:?}"),
     };
     for &(api, min, max) in SUPPORTED_VERSIONS {
