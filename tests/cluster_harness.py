@@ -285,20 +285,28 @@ class HelixCluster:
         for p in self.proxies.values():
             p.set_mode("pass")
 
-    def wal_dirs(self, node: Node) -> dict[int, Path]:
-        """{partition: its WAL directory} on `node` for the one user topic
-        the cluster holds."""
-        topics = [d for d in (node.data_dir / "topics").iterdir() if d.is_dir()]
-        assert len(topics) == 1, f"node {node.id} holds {len(topics)} topics"
-        return {int(p.name): p / "wal" for p in topics[0].iterdir() if p.name.isdigit()}
+    def wal_dirs(self, node: Node, topic: str | None = None) -> dict[int, Path]:
+        """{partition: its WAL directory} on `node` for the topic stored in
+        directory `topic` (its id in hex), by default the one user topic the
+        cluster holds."""
+        if topic is None:
+            topics = [d for d in (node.data_dir / "topics").iterdir() if d.is_dir()]
+            assert len(topics) == 1, f"node {node.id} holds {len(topics)} topics"
+            tdir = topics[0]
+        else:
+            tdir = node.data_dir / "topics" / topic
+            if not tdir.is_dir():
+                return {}
+        return {int(p.name): p / "wal" for p in tdir.iterdir() if p.name.isdigit()}
 
-    def stored_logs(self) -> dict[int, dict[int, bytes]]:
+    def stored_logs(self, topic: str | None = None) -> dict[int, dict[int, bytes]]:
         """With every node stopped: {node: {partition: the bytes of its
-        WAL's .log segments, in order}} of the one user topic the cluster
-        holds (replicas of a partition must be byte-identical)."""
+        WAL's .log segments, in order}} of the topic stored in directory
+        `topic` (wal_dirs), by default the one user topic the cluster holds
+        (replicas of a partition must be byte-identical)."""
         assert not any(n.alive() for n in self.nodes), "stop the cluster first"
         return {n.id: {part: b"".join(s.read_bytes() for s in sorted(wal.glob("*.log")))
-                       for part, wal in self.wal_dirs(n).items()}
+                       for part, wal in self.wal_dirs(n, topic).items()}
                 for n in self.nodes}
 
     def logs(self, lines: int = 40) -> str:

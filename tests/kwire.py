@@ -662,3 +662,18 @@ def find_coordinator(conn: Conn, group: str, timeout: float = 60.0,
         if err not in RETRIABLE_INIT_ERRORS or time.monotonic() > deadline:
             raise ProtocolError(f"FindCoordinator error {err}")
         time.sleep(0.2)
+
+
+COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1
+ERR_COORDINATOR_NOT_AVAILABLE = 15
+
+
+def find_coordinator_once(conn: Conn, key: str, key_type: int) -> tuple[int, int]:
+    """One FindCoordinator v1-v2 (non-flexible) for `key` of `key_type`
+    (0 a group, 1 a transactional id), not retried: (error code, node)."""
+    v = conn.pick_version(API_FIND_COORDINATOR, 1, 2)
+    r = conn.request(API_FIND_COORDINATOR, v, string(key) + struct.pack(">b", key_type))
+    r.i32()
+    err = r.i16()
+    r.string()
+    return err, r.i32()

@@ -54,8 +54,13 @@ MAX_CASES = 50
 
 
 class Result:
-    def __init__(self):
-        self.counts: dict[str, int] = {name: 0 for name in ANOMALIES + INFORMATIONAL}
+    """Counts and example cases of every anomaly (`anomalies`) and piece
+    of information (`informational`) a checker names; valid when no
+    anomaly was counted."""
+
+    def __init__(self, anomalies: tuple[str, ...] = ANOMALIES, informational: tuple[str, ...] = INFORMATIONAL):
+        self.anomalies = anomalies
+        self.counts: dict[str, int] = {name: 0 for name in anomalies + informational}
         self.per_partition: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.cases: dict[str, list[dict]] = defaultdict(list)
         self.unavailability: dict[int, dict] = {}
@@ -69,11 +74,12 @@ class Result:
 
     @property
     def valid(self) -> bool:
-        return all(self.counts[name] == 0 for name in ANOMALIES)
+        return all(self.counts[name] == 0 for name in self.anomalies)
 
     def to_json(self) -> dict:
         return {"valid": self.valid, "counts": self.counts,
-                "per_partition": {str(p): dict(c) for p, c in sorted(self.per_partition.items())},
+                "per_partition": {str(p): dict(c) for p, c in sorted(self.per_partition.items(),
+                                                                     key=lambda pc: str(pc[0]))},
                 "cases": dict(self.cases), "unavailability_s": self.unavailability,
                 "stats": self.stats}
 
@@ -260,18 +266,18 @@ def _commits(ops: list[dict], r: Result) -> None:
                     high[(group, p)] = (offset, op["index"])
 
 
-def unavailability(ops: list[dict]) -> dict[int, dict]:
-    """Per partition: the longest stretch during which sends to it were
-    outstanding and none was acknowledged (from the first outstanding
-    invocation, or the last acknowledgement, to the next acknowledgement,
-    or to the end of the history), in seconds, and when it began. Quiet
-    producers are not unavailability."""
+def unavailability(ops: list[dict], f: str = "send", place=lambda op: op["partition"]) -> dict[int, dict]:
+    """Per partition (``place`` of an op): the longest stretch during which
+    operations `f` (sends) were outstanding and none was acknowledged (from
+    the first outstanding invocation, or the last acknowledgement, to the
+    next acknowledgement, or to the end of the history), in seconds, and
+    when it began. Quiet producers are not unavailability."""
     events: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
     end = 0
     for op in ops:
         end = max(end, op["time"])
-        if op["f"] == "send":
-            events[op["partition"]].append((op["time"], op["index"], op["type"]))
+        if op["f"] == f:
+            events[place(op)].append((op["time"], op["index"], op["type"]))
     out = {}
     for p, evs in sorted(events.items()):
         pending, since, best = 0, None, (0, 0)

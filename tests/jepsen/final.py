@@ -6,12 +6,14 @@ watermark, and once the cluster is stopped their stored bytes are compared
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 import time
 import uuid
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 import harness
 import kwire
@@ -24,11 +26,15 @@ SETTLE_TIMEOUT_S = 60.0
 
 
 def watermarks(bootstrap: str, topic: str, partitions: int, history: History,
-               timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
+               timeout_s: float = 60.0, isolation: str = "read_uncommitted") -> dict[int, tuple[int, int]]:
     """Low and high watermark of every partition, asked again (bounded)
     while a node answers without the partition; each refusal is noted in
-    the history (``watermarks`` info: a healed cluster should not)."""
-    c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"marks-{uuid.uuid4().hex[:8]}"})
+    the history (``watermarks`` info: a healed cluster should not). Asked
+    at read_uncommitted: at read_committed ListOffsets answers the last
+    stable offset instead of the high watermark (the same without
+    transactions)."""
+    c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"marks-{uuid.uuid4().hex[:8]}",
+                  "isolation.level": isolation})
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -44,17 +50,24 @@ def watermarks(bootstrap: str, topic: str, partitions: int, history: History,
 
 
 def final_read(bootstrap: str, topic: str, partitions: int, history: History,
-               timeout_s: float = READ_TIMEOUT_S) -> None:
+               timeout_s: float = READ_TIMEOUT_S, isolation: str = "read_committed",
+               key=lambda topic, p: p) -> None:
+    """Reads every partition from its log start to its high watermark at
+    `isolation`; one ``final-read`` op per partition, placed by
+    ``key(topic, p)`` (the partition number by default). A partition's end
+    (EOF) counts as read up to its offset: a read_committed reader passes
+    aborted records and control markers without returning them."""
     try:
         marks = watermarks(bootstrap, topic, partitions, history)
     except KafkaException as e:  # nothing readable: every partition's final read is incomplete
         for p in range(partitions):
             history.add("final", INFO, "final-read", {"log_start": None, "high_watermark": None, "next_offset": 0,
-                                                      "records": [], "errors": [str(e)]}, partition=p)
+                                                      "records": [], "errors": [str(e)]},
+                        partition=key(topic, p), isolation=isolation)
         return
     c = Consumer({"logger": LOG, "bootstrap.servers": bootstrap, "group.id": f"final-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "auto.offset.reset": "error",
-                  "enable.partition.eof": True})
+                  "enable.partition.eof": True, "isolation.level": isolation})
     try:
         records: dict[int, list] = {p: [] for p in range(partitions)}
         nxt = {p: low for p, (low, _) in marks.items()}
@@ -67,16 +80,41 @@ def final_read(bootstrap: str, topic: str, partitions: int, history: History,
                 if err is None:
                     records[m.partition()].append([m.offset(), m.value().decode()])
                     nxt[m.partition()] = m.offset() + 1
-                elif err.code() != KafkaError._PARTITION_EOF and len(errors) < 10:
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    nxt[m.partition()] = max(nxt[m.partition()], m.offset())
+                elif len(errors) < 10:
                     errors.append(str(err))
     finally:
         close_within(c, "final read")
+    stable: dict = {}
+    if isolation == "read_committed" and any(nxt[p] < marks[p][1] for p in nxt):
+        # Where a read_committed read stopped short, what the broker gives
+        # as the last stable offset says why (a transaction it holds open).
+        try:
+            stable = {p: high for p, (_, high) in watermarks(bootstrap, topic, partitions, history,
+                                                             isolation="read_committed").items()}
+        except KafkaException as e:
+            errors.append(f"last stable offset: {e}")
     for p in range(partitions):
         low, high = marks[p]
         done = nxt[p] >= high
+        extra = {"last_stable_offset": stable[p]} if not done and p in stable else {}
         history.add("final", OK if done else INFO, "final-read",
                     {"log_start": low, "high_watermark": high, "next_offset": nxt[p],
-                     "records": records[p], "errors": errors}, partition=p)
+                     "records": records[p], "errors": errors, **extra}, partition=key(topic, p), isolation=isolation)
+
+
+def topic_dirs(bootstrap: str, topics: list[str], timeout_s: float = 15.0) -> dict[str, str]:
+    """name -> the directory a node stores the topic under (its topic id,
+    32 hex digits), from DescribeTopics."""
+    mask = (1 << 64) - 1
+    admin = AdminClient({"logger": LOG, "bootstrap.servers": bootstrap})
+    futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
+    out = {}
+    for name, f in futures.items():
+        u = f.result(timeout=timeout_s).topic_id
+        out[name] = f"{u.get_most_significant_bits() & mask:016x}{u.get_least_significant_bits() & mask:016x}"
+    return out
 
 
 def _metric(text: str, name: str, topic: str) -> dict[int, float]:
@@ -181,3 +219,46 @@ def _first_difference(tails: dict) -> dict:
                                "base_sequence": b.base_sequence if b else None}
             return out
     return {}
+
+
+# How many entries a txn-index op names per replica (the counts are exact).
+INDEX_EXAMPLES = 10
+
+
+def compare_txn_indexes(cluster, topic: str, topic_dir: str, history: History, key=lambda topic, p: p) -> None:
+    """One ``txn-index`` op per partition of `topic` (stored in directory
+    `topic_dir`), once the cluster is stopped: each replica's aborted
+    transactions and open transactions as its producer snapshot
+    (``derived-state.json``, written at shutdown) holds them. They derive
+    from the log alone, so replicas whose snapshots cover the same log end
+    must hold the same; a replica missing an abort serves those records as
+    committed when it leads. Snapshots covering different ends are told,
+    not compared."""
+    views: dict[int, dict[int, dict]] = {}
+    for n in cluster.nodes:
+        for p, wal in cluster.wal_dirs(n, topic_dir).items():
+            f = wal.parent / "derived-state.json"
+            try:
+                d = json.loads(f.read_text())
+                table = d["producers"]
+                views.setdefault(p, {})[n.id] = {
+                    "covers": d["covers"],
+                    "aborted": {(a["producer_id"], a["first_offset"], a["last_offset"]) for a in table["aborted"]},
+                    "open": {tuple(o) for o in table["open_txns"]}}
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                views.setdefault(p, {})[n.id] = {"error": repr(e)}
+    for p, by_node in sorted(views.items()):
+        value: dict = {"covers": {str(n): v.get("covers") for n, v in by_node.items()}}
+        errors = {str(n): v["error"] for n, v in by_node.items() if "error" in v}
+        if errors or len(set(value["covers"].values())) != 1:
+            value.update(comparable=False, errors=errors)
+        else:
+            value["comparable"] = True
+            for what in ("aborted", "open"):
+                union = set().union(*(v[what] for v in by_node.values()))
+                lacking = {str(n): sorted(union - v[what], key=lambda e: e[1])[:INDEX_EXAMPLES]
+                           for n, v in by_node.items() if union - v[what]}
+                if lacking:
+                    value[f"{what}_lacking"] = lacking
+            value["identical"] = not any(k.endswith("_lacking") for k in value)
+        history.add("final", OK, "txn-index", value, partition=key(topic, p))

@@ -72,6 +72,8 @@ def touches(op: dict, partition: int | None) -> bool:
         return any(p == partition for p, _, _ in op["value"] or ())
     if op["f"] == "commit":
         return str(partition) in (op["value"] or {})
+    if op["f"] == "txn":  # the transactional workload: writes are [key, value]
+        return any(k == partition for k, _ in op["value"]["writes"])
     return False
 
 

@@ -2,12 +2,18 @@
 
     python3 tests/jepsen/run.py --nodes 3 --duration 60s --seed 7 \\
         --faults kill,pause,partition --report out.json
+    python3 tests/jepsen/run.py --workload txn --nodes 3 --duration 60s --seed 7
 
 Starts ``--nodes`` helix-server processes (HELIX_SERVER_BIN) with a fault
-proxy on every directed peer link, creates a topic (RF 3), runs idempotent
-producers and consumers while the nemesis applies the seeded schedule, heals
-everything, lets the consumers catch up, reads every partition back, stops
-the cluster, compares the replicas' bytes and checks the history. Prints a
+proxy on every directed peer link, creates the workload's topics (RF 3, or
+the node count if fewer), runs its producers and consumers while the
+nemesis applies the seeded schedule, heals everything, lets the consumers
+catch up, reads every partition back, stops the cluster, compares the
+replicas' bytes and checks the history. Workloads (``--workload``):
+``queue`` (the default: idempotent producers, workload.py, checker.py) and
+``txn`` (transactional producers and read_committed consumers over two
+topics, txn_workload.py, txn_checker.py; the final read reads at
+read_committed and read_uncommitted). Prints a
 summary table and every anomaly with the seed, the schedule and the history
 around it; writes the report (JSON) and the history (JSONL) beside it.
 Exit status 0 when no anomaly was found. The same seed replays the same
@@ -34,8 +40,11 @@ from confluent_kafka import KafkaException  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from cluster_harness import HelixCluster  # noqa: E402
-from jepsen import checker, final, nemesis  # noqa: E402
-from jepsen.history import History, around, format_ops  # noqa: E402
+import kwire  # noqa: E402
+from jepsen import checker, final, nemesis, txn_checker, txn_copier  # noqa: E402
+from jepsen.history import INFO, History, around, format_ops  # noqa: E402
+from jepsen.txn_workload import (TRANSACTION_TIMEOUT_MS, Keyspace, TxnAssignConsumer,  # noqa: E402
+                                 TxnGroupConsumer, TxnProducer, key_of)
 from jepsen.workload import LOG, AssignConsumer, GroupConsumer, IdempotentProducer, group_name  # noqa: E402
 
 FAST = ["--replica-lag-time-max-ms", "3000", "--leader-imbalance-check-interval-ms", "2000",
@@ -59,6 +68,159 @@ class Options:
     rate: float = 60.0  # records/s per producer
     workdir: Path | None = None
     server_args: list[str] = field(default_factory=list)
+    workload: str = "queue"
+    txn_rate: float = 4.0  # transactions/s per transactional producer
+
+
+class Unsupported(Exception):
+    """The cluster does not offer what the workload needs (told, and the
+    run stops before any load)."""
+
+
+class QueueWorkload:
+    """Idempotent producers over one topic, consumers (workload.py),
+    checked by checker.py."""
+
+    anomalies, informational = checker.ANOMALIES, checker.INFORMATIONAL
+    shown = ("producer-fatal",)  # informational counts shown with the anomalies
+
+    def __init__(self, opts: Options):
+        self.opts = opts
+        self.topic = f"jepsen-{opts.seed}"
+        self.topics = {self.topic: opts.partitions}
+        self.notes: list[str] = []  # what the run left out, and why (printed with the summary)
+
+    def key(self, topic: str, p: int):
+        return p
+
+    def prepare(self, cluster: HelixCluster) -> None:
+        pass
+
+    def clients(self, bootstrap: str, history: History, rng: random.Random) -> tuple[list, list]:
+        o = self.opts
+        group = group_name()
+        max_records = int(o.rate * o.duration_s) + 1
+        args = (bootstrap, self.topic, o.partitions, history)
+        producers = [IdempotentProducer(i, *args, rate=o.rate, max_records=max_records,
+                                        rng=random.Random(rng.random()))
+                     for i in range(o.producers)]
+        consumers = ([AssignConsumer(i, *args, group, random.Random(rng.random()))
+                      for i in range(o.assign_consumers)]
+                     + [GroupConsumer(i, *args, group, random.Random(rng.random()))
+                        for i in range(o.group_consumers)])
+        return producers, consumers
+
+    def final_read(self, bootstrap: str, history: History) -> None:
+        final.final_read(bootstrap, self.topic, self.opts.partitions, history)
+
+    def after_stop(self, cluster: HelixCluster, dirs: dict[str, str], history: History) -> None:
+        """What the workload reads of the stopped nodes' files beside the
+        replicas' bytes (compared for every workload)."""
+
+    def check(self, ops: list[dict]) -> checker.Result:
+        return checker.check(ops)
+
+
+class TxnWorkload(QueueWorkload):
+    """Transactional producers writing to two topics, read_committed
+    consumers (txn_workload.py), checked by txn_checker.py. Needs a
+    transaction coordinator: a cluster answering FindCoordinator for a
+    transactional id with COORDINATOR_NOT_AVAILABLE throughout
+    COORDINATOR_WAIT_S is Unsupported."""
+
+    anomalies, informational = txn_checker.ANOMALIES, txn_checker.INFORMATIONAL
+    shown = ("indeterminate", "producer-replaced")
+    COORDINATOR_WAIT_S = 20.0
+
+    def __init__(self, opts: Options):
+        self.opts = opts
+        self.topic = f"jepsen-{opts.seed}-a"  # the nemesis's topic (leader_of)
+        self.topics = {self.topic: opts.partitions, f"jepsen-{opts.seed}-b": 2}
+        self.keyspace = Keyspace(self.topics)
+        self.notes: list[str] = []
+        self.copier = False  # whether the cluster offers what txn_copier.py needs
+
+    def key(self, topic: str, p: int):
+        return key_of(topic, p)
+
+    def transactional_id(self, i: int) -> str:
+        return f"jepsen-{self.opts.seed}-txn-{i}"
+
+    def prepare(self, cluster: HelixCluster) -> None:
+        deadline = time.monotonic() + self.COORDINATOR_WAIT_S
+        answers: dict[int, object] = {}
+        while True:
+            for n in cluster.nodes:
+                try:
+                    with kwire.Conn("127.0.0.1", n.kafka_port, timeout=5.0) as conn:
+                        answers[n.id] = kwire.find_coordinator_once(conn, self.transactional_id(0),
+                                                                    kwire.COORDINATOR_TRANSACTION)[0]
+                except (OSError, kwire.ProtocolError) as e:
+                    answers[n.id] = repr(e)
+            if kwire.ERR_NONE in answers.values():
+                self.copier = self._offers_offsets_in_transactions(cluster)
+                return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if all(a == kwire.ERR_COORDINATOR_NOT_AVAILABLE for a in answers.values()):
+            raise Unsupported(f"no transaction coordinator on this {len(cluster.nodes)}-node cluster: "
+                              f"FindCoordinator(TRANSACTION) answered COORDINATOR_NOT_AVAILABLE on every node "
+                              f"for {self.COORDINATOR_WAIT_S:g} s")
+        raise RuntimeError(f"FindCoordinator(TRANSACTION) never answered: {answers}")
+
+    def _offers_offsets_in_transactions(self, cluster: HelixCluster) -> bool:
+        """Whether every node advertises AddOffsetsToTxn and TxnOffsetCommit
+        (send_offsets_to_transaction); when not, the copier is left out and
+        the run says so."""
+        missing = []
+        for n in cluster.nodes:
+            with kwire.Conn("127.0.0.1", n.kafka_port, timeout=5.0) as conn:
+                if not txn_copier.supported(conn.api_versions()):
+                    missing.append(n.id)
+        if missing:
+            self.notes.append(f"copier not run: nodes {missing} do not advertise AddOffsetsToTxn and "
+                              f"TxnOffsetCommit (send_offsets_to_transaction)")
+        return not missing
+
+    def clients(self, bootstrap: str, history: History, rng: random.Random) -> tuple[list, list]:
+        o = self.opts
+        group = group_name()
+        max_txns = int(o.txn_rate * o.duration_s) + 1
+        producers = [TxnProducer(i, bootstrap, self.keyspace, history, self.transactional_id(i),
+                                 rate=o.txn_rate, max_txns=max_txns, rng=random.Random(rng.random()))
+                     for i in range(o.producers)]
+        # The copier reads b and writes a: its copies are read by everyone.
+        if self.copier:
+            source, dest = list(self.topics)[1], self.topic
+            producers.append(txn_copier.TxnCopier(bootstrap, self.keyspace, history,
+                                                  f"jepsen-{o.seed}-copier", source, dest, f"{group}-copier",
+                                                  random.Random(rng.random())))
+        args = (bootstrap, self.keyspace, history, group)
+        consumers = ([TxnAssignConsumer(i, *args, random.Random(rng.random())) for i in range(o.assign_consumers)]
+                     + [TxnGroupConsumer(i, *args, random.Random(rng.random())) for i in range(o.group_consumers)])
+        return producers, consumers
+
+    # A read_committed read held back by a transaction the broker keeps open
+    # waits no longer than this: twice the producers' transaction timeout,
+    # after which the coordinator must have aborted it.
+    FINAL_READ_TIMEOUT_S = 2 * TRANSACTION_TIMEOUT_MS / 1000
+
+    def final_read(self, bootstrap: str, history: History) -> None:
+        for isolation in ("read_committed", "read_uncommitted"):
+            for topic, n in self.topics.items():
+                final.final_read(bootstrap, topic, n, history, isolation=isolation, key=key_of,
+                                 timeout_s=self.FINAL_READ_TIMEOUT_S)
+
+    def after_stop(self, cluster: HelixCluster, dirs: dict[str, str], history: History) -> None:
+        for t in self.topics:
+            final.compare_txn_indexes(cluster, t, dirs[t], history, key=key_of)
+
+    def check(self, ops: list[dict]) -> checker.Result:
+        return txn_checker.check(ops)
+
+
+WORKLOADS = {"queue": QueueWorkload, "txn": TxnWorkload}
 
 
 def parse_duration(text: str) -> float:
@@ -81,20 +243,28 @@ def wait_ready(cluster: HelixCluster, topic: str, partitions: int, timeout_s: fl
                 view = repr(e)
             views[n.id] = view
             if isinstance(view, dict) and len(view) == partitions and all(
-                    leader > 0 and len(isr) == min(3, len(cluster.nodes)) for leader, isr in view.values()):
+                    leader > 0 and len(isr) == replication(len(cluster.nodes)) for leader, isr in view.values()):
                 return
         time.sleep(0.3)
     raise RuntimeError(f"{topic}: partitions not all led and in sync after {timeout_s:g} s; "
                        f"Metadata (leader, isr) per node: {views} (node logs under {cluster.workdir})")
 
 
+def replication(nodes: int) -> int:
+    return min(3, nodes)
+
+
 def run(opts: Options) -> dict:
+    if opts.nodes == 1:
+        opts.faults = single_node_faults(opts.faults)
     steps = nemesis.schedule(opts.seed, opts.duration_s, opts.nodes, opts.faults, opts.partitions)
     workdir = opts.workdir or Path(tempfile.mkdtemp(prefix=f"jepsen-{opts.seed}-"))
     history = History()
-    topic = f"jepsen-{opts.seed}"
+    workload = WORKLOADS[opts.workload](opts)
+    topics = workload.topics
     cluster = new_cluster(workdir, opts)
     errors: list[str] = []
+    unsupported = None
     clients: list = []
     phases: dict[str, float] = {}
     t0 = time.monotonic()
@@ -105,25 +275,19 @@ def run(opts: Options) -> dict:
     try:
         cluster.start()
         admin = AdminClient({"logger": LOG, "bootstrap.servers": cluster.bootstrap})
-        admin.create_topics([NewTopic(topic, num_partitions=opts.partitions, replication_factor=3)],
-                            operation_timeout=30)[topic].result(timeout=30)
-        wait_ready(cluster, topic, opts.partitions)
+        futures = admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=replication(opts.nodes))
+                                       for t, n in topics.items()], operation_timeout=30)
+        for t, n in topics.items():
+            futures[t].result(timeout=30)
+            wait_ready(cluster, t, n)
+        workload.prepare(cluster)
         phase("start")
         rng = random.Random(opts.seed)
-        group = group_name()
-        max_records = int(opts.rate * opts.duration_s) + 1
-        args = (cluster.bootstrap, topic, opts.partitions, history)
-        producers = [IdempotentProducer(i, *args, rate=opts.rate, max_records=max_records,
-                                        rng=random.Random(rng.random()))
-                     for i in range(opts.producers)]
-        consumers = ([AssignConsumer(i, *args, group, random.Random(rng.random()))
-                      for i in range(opts.assign_consumers)]
-                     + [GroupConsumer(i, *args, group, random.Random(rng.random()))
-                        for i in range(opts.group_consumers)])
+        producers, consumers = workload.clients(cluster.bootstrap, history, rng)
         clients = producers + consumers
         for c in clients:
             c.start()
-        nem = nemesis.Nemesis(cluster, topic, history)
+        nem = nemesis.Nemesis(cluster, workload.topic, history)
         stopping = threading.Event()
         started = time.monotonic()
         nem_error: list[BaseException] = []
@@ -143,7 +307,8 @@ def run(opts: Options) -> dict:
         phase("faults")
         nem.heal_all()
         try:
-            wait_ready(cluster, topic, opts.partitions, timeout_s=HEAL_TIMEOUT_S)
+            for t, n in topics.items():
+                wait_ready(cluster, t, n, timeout_s=HEAL_TIMEOUT_S)
         except RuntimeError as e:  # a liveness failure: told, and the safety checks still run
             errors.append(f"liveness: {str(e)[:3000]}")
         phase("heal")
@@ -153,8 +318,8 @@ def run(opts: Options) -> dict:
             p.join(timeout=p.flush_timeout_s + 30)
         phase("flush")
         try:
-            ends = {p: hw for p, (_, hw) in final.watermarks(cluster.bootstrap, topic, opts.partitions,
-                                                             history).items()}
+            ends = {workload.key(t, p): hw for t, n in topics.items()
+                    for p, (_, hw) in final.watermarks(cluster.bootstrap, t, n, history).items()}
         except KafkaException as e:  # noted in the history; the final read will say what it can
             errors.append(f"liveness: no watermarks after healing: {e}")
             ends = {}
@@ -163,22 +328,35 @@ def run(opts: Options) -> dict:
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while time.monotonic() < deadline and not all(c.caught_up(ends) for c in consumers if c.is_alive()):
             time.sleep(0.2)
+        behind = {c.name: {str(k): [c.position.get(k), end] for k, end in ends.items()}
+                  for c in consumers if c.is_alive() and not c.caught_up(ends)}
+        if behind:  # not an anomaly by itself (the final read decides): where each one stood
+            history.add("final", INFO, "drain-timeout", behind)
         for c in consumers:
             c.stop()
         for c in clients:
             c.join(timeout=60)
         errors += [f"{c.name}: {c.error!r}" for c in clients if c.error is not None]
         phase("drain")
-        final.final_read(cluster.bootstrap, topic, opts.partitions, history)
+        workload.final_read(cluster.bootstrap, history)
         phase("final-read")
-        settle = final.await_replicas_settled(cluster, topic, opts.partitions)
+        for t, n in topics.items():
+            settle = final.await_replicas_settled(cluster, t, n)
+            if not settle["settled"]:
+                errors.append(f"{t}: replicas never settled: {settle['view']}")
+                (workdir / f"unsettled-metrics-{t}.json").write_text(json.dumps(settle, indent=1))
         phase("settle")
-        if not settle["settled"]:
-            errors.append(f"replicas never settled: {settle['view']}")
-            (workdir / "unsettled-metrics.json").write_text(json.dumps(settle, indent=1))
+        dirs = final.topic_dirs(cluster.bootstrap, list(topics)) if len(topics) > 1 else {}
         cluster.stop()
-        final.compare_replicas(cluster.stored_logs(), history)
+        workload.after_stop(cluster, dirs, history)
+        for t in topics:
+            stored = cluster.stored_logs(dirs.get(t))
+            final.compare_replicas({node: {workload.key(t, p): b for p, b in logs.items()}
+                                    for node, logs in stored.items()}, history)
         phase("stop-compare")
+    except Unsupported as e:
+        unsupported = str(e)
+        errors.append(f"unsupported: {e}")
     except Exception as e:  # told in the report; an interrupt or pytest's timeout unwinds on
         errors.append(f"run: {e!r}")
     finally:
@@ -188,10 +366,11 @@ def run(opts: Options) -> dict:
             if n.alive():
                 os.kill(n.pid, signal.SIGCONT)
         cluster.stop()
-    result = checker.check(history.ops)
+    result = workload.check(history.ops)
     return {"seed": opts.seed, "nodes": opts.nodes, "duration_s": opts.duration_s, "faults": opts.faults,
+            "workload": opts.workload, "unsupported": unsupported, "notes": workload.notes,
             "workdir": str(workdir), "phases_s": phases, "schedule": [s.describe() for s in steps], "errors": errors,
-            "check": result.to_json(), "_history": history, "_result": result}
+            "check": result.to_json(), "_history": history, "_result": result, "_workload": workload}
 
 
 def new_cluster(workdir: Path, opts: Options) -> HelixCluster:
@@ -211,21 +390,32 @@ def new_cluster(workdir: Path, opts: Options) -> HelixCluster:
 def summary(report: dict) -> str:
     check = report["check"]
     st = check["stats"]
-    lines = [f"seed={report['seed']} nodes={report['nodes']} duration={report['duration_s']}s "
-             f"faults={','.join(report['faults'])}",
+    w = report["_workload"]
+    lines = [f"workload={report['workload']} seed={report['seed']} nodes={report['nodes']} "
+             f"duration={report['duration_s']}s faults={','.join(report['faults'])}",
              "ops:          " + ", ".join(f"{k} {v}" for k, v in st["ops"].items()),
              "faults:       " + (", ".join(f"{k} {v}" for k, v in st["faults"].items()) or "none"),
              f"acknowledged: {st['acknowledged']}"]
-    for name in checker.ANOMALIES + checker.INFORMATIONAL:
-        tag = " (informational)" if name in checker.INFORMATIONAL else ""
+    if "transactions" in st:
+        lines.append("transactions: " + ", ".join(f"{k} {v}" for k, v in st["transactions"].items()))
+    for name in w.anomalies + w.informational:
+        tag = " (informational)" if name in w.informational else ""
         lines.append(f"{name + tag:<36} {check['counts'][name]}")
     lines.append("longest unavailability per partition: " + ", ".join(
-        f"p{p} {u['longest_s']}s (from {u['from_s']}s)" for p, u in check["unavailability_s"].items()))
+        f"{place(p)} {u['longest_s']}s (from {u['from_s']}s)" for p, u in check["unavailability_s"].items()))
     lines.append("phases (s): " + ", ".join(f"{k} {v}" for k, v in report["phases_s"].items()))
+    for note in report.get("notes") or ():
+        lines.append(f"NOTE {note}")
     for e in report["errors"]:
         lines.append(f"ERROR {e}")
     lines.append("VALID" if check["valid"] and not report["errors"] else "INVALID")
     return "\n".join(lines)
+
+
+def place(p) -> str:
+    """A partition number as p3; a name (the txn workload's
+    "transactions") as it is."""
+    return f"p{p}" if str(p).isdigit() else str(p)
 
 
 def violations(report: dict, per_anomaly: int = 3) -> str:
@@ -233,10 +423,12 @@ def violations(report: dict, per_anomaly: int = 3) -> str:
     around its first cases."""
     result = report["_result"]
     ops = report["_history"].ops
-    found = [n for n in checker.ANOMALIES + ("producer-fatal",) if result.counts[n]]
+    w = report["_workload"]
+    found = [n for n in w.anomalies + w.shown if result.counts[n]]
     if not found:
         return ""
-    out = [f"anomalies with seed={report['seed']} (replay: --seed {report['seed']} --nodes {report['nodes']} "
+    out = [f"anomalies with seed={report['seed']} (replay: --workload {report['workload']} "
+           f"--seed {report['seed']} --nodes {report['nodes']} "
            f"--duration {report['duration_s']}s --faults {','.join(report['faults'])})",
            "schedule:", *("  " + s for s in report["schedule"])]
     for name in found:
@@ -244,7 +436,15 @@ def violations(report: dict, per_anomaly: int = 3) -> str:
         for case in result.cases[name][:per_anomaly]:
             out.append(f"  case {json.dumps({k: v for k, v in case.items() if k != 'index'})[:400]}")
             out.append(format_ops(around(ops, case["index"], case.get("partition"))))
+            if case.get("writer_index") is not None:  # G1a: also where the writer ended
+                out.append("  writer:\n" + format_ops(around(ops, case["writer_index"], case.get("partition"))))
     return "\n".join(out)
+
+
+def single_node_faults(faults: list[str]) -> list[str]:
+    """On one node: no peer links to cut, no minority to kill, no second
+    replica to lose a disk beside."""
+    return [f for f in faults if f not in nemesis.NET_FAULTS + ("kill-minority", "disk-loss-election")]
 
 
 def _interrupted(signum, _frame) -> None:
@@ -269,13 +469,17 @@ def quiet_librdkafka() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, default=3, choices=(3, 5))
+    ap.add_argument("--workload", default="queue", choices=sorted(WORKLOADS),
+                    help="queue: idempotent producers (default); txn: transactions, read_committed consumers")
+    ap.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5),
+                    help="1: a single node, with the process faults only (no peer links to cut)")
     ap.add_argument("--duration", default="60s", help="e.g. 45s, 30m")
     ap.add_argument("--seed", type=int, default=None, help="default: random, printed")
     ap.add_argument("--faults", default=",".join(nemesis.DEFAULT_FAULTS),
                     help=f"comma-separated, of {','.join(nemesis.ALL_FAULTS)} (or 'all', or 'none')")
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--rate", type=float, default=60.0, help="records/s per producer")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="records/s per producer (queue, default 60); transactions/s per producer (txn, default 4)")
     ap.add_argument("--report", type=Path, default=None)
     ap.add_argument("--workdir", type=Path, default=None)
     a = ap.parse_args(argv)
@@ -283,14 +487,18 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in faults if f not in nemesis.ALL_FAULTS]
     if unknown:
         ap.error(f"unknown faults {unknown}")
+    if a.workload == "txn" and "trim" in faults:
+        ap.error("trim is not a fault of the txn workload (its checker places records by topic/partition)")
     quiet_librdkafka()
     # SIGTERM (timeout(1), a CI runner) unwinds like Ctrl-C, so the cluster
     # is stopped in run()'s finally, never left behind.
     signal.signal(signal.SIGTERM, _interrupted)
     seed = a.seed if a.seed is not None else random.randrange(1 << 31)
     print(f"seed={seed}", flush=True)
+    rates = {"rate": a.rate} if a.workload == "queue" else {"txn_rate": a.rate}
     report = run(Options(seed=seed, nodes=a.nodes, duration_s=parse_duration(a.duration), faults=faults,
-                         partitions=a.partitions, rate=a.rate, workdir=a.workdir))
+                         partitions=a.partitions, workdir=a.workdir, workload=a.workload,
+                         **{k: v for k, v in rates.items() if v is not None}))
     print(summary(report))
     text = violations(report)
     if text:

@@ -5,7 +5,9 @@ $HELIX_JEPSEN_REPORT):
     python3 tests/jepsen/table.py out1.json out2.json ...
 
 Where the history (``out1.history.jsonl``) is beside a report, it is checked
-again with the current checker, so rows of older runs use today's rules.
+again with the current checker (txn_checker.py for ``--workload txn``), so
+rows of older runs use today's rules. A txn run's own anomaly names go to
+the errors cell when not 0.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jepsen import checker  # noqa: E402
+from jepsen import checker, txn_checker  # noqa: E402
 from jepsen.checker import ANOMALIES, INFORMATIONAL  # noqa: E402
 from jepsen.history import History  # noqa: E402
 
@@ -41,7 +43,8 @@ def row(report: dict) -> str:
     ops = sum(v for k, v in st["ops"].items() if not k.endswith(":invoke"))
     faults = ", ".join(f"{k} {v}" for k, v in st["faults"].items()) or "none"
     worst = max(check["unavailability_s"].items(), key=lambda kv: kv[1]["longest_s"], default=None)
-    unavail = f"{worst[1]['longest_s']} s (p{worst[0]})" if worst else "-"
+    where = f"p{worst[0]}" if worst and str(worst[0]).isdigit() else worst and worst[0]
+    unavail = f"{worst[1]['longest_s']} s ({where})" if worst else "-"
     cells = [str(report["seed"]), str(report["nodes"]), f"{report['duration_s']:g} s", str(ops), faults,
              str(st["acknowledged"])]
     cells += [str(check["counts"].get(n, "-")) for n in COLUMNS]
@@ -60,7 +63,8 @@ def main(paths: list[str]) -> None:
         history = Path(path).with_suffix(".history.jsonl")
         for report in reports:
             if len(reports) == 1 and history.exists():
-                report["check"] = checker.check(History.load(history).ops).to_json()
+                check = txn_checker.check if report.get("workload") == "txn" else checker.check
+                report["check"] = check(History.load(history).ops).to_json()
             print(row(report))
 
 

@@ -202,7 +202,17 @@ class IdempotentProducer(Client):
 
 class PollingConsumer(Client):
     """Shared by both consumer kinds: polls, records what came back, and
-    notes which partitions were (re)assigned during each poll."""
+    notes which partitions were (re)assigned during each poll.
+
+    A record's place in the history is its *key*: here the partition number
+    of the one topic; the transactional workload (txn_workload.py) reads
+    several topics and overrides ``key``, ``topic_partition`` and
+    ``topics``. Consumers read at ``isolation.level`` read_committed
+    (librdkafka's default, said explicitly). ``EXTRA_CONF`` adds to the
+    consumer's configuration; with ``enable.partition.eof`` an end of
+    partition counts as read up to its offset (``at_end``)."""
+
+    EXTRA_CONF: dict = {}
 
     def __init__(self, name: str, bootstrap: str, topic: str, partitions: int, history: History,
                  group: str, rng: random.Random):
@@ -219,28 +229,51 @@ class PollingConsumer(Client):
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
             "topic.metadata.refresh.interval.ms": 1000,
+            "isolation.level": "read_committed", **self.EXTRA_CONF,
         })
+
+    def key(self, topic: str, partition: int):
+        return partition
+
+    def topic_partition(self, key, offset: int) -> TopicPartition:
+        return TopicPartition(self.topic, int(key), offset)
+
+    def topics(self) -> list[str]:
+        return [self.topic]
+
+    def all_keys(self) -> list:
+        return list(range(self.partitions))
 
     def poll_once(self) -> list[tuple[int, int]]:
         self.rebalanced = set()
         msgs = self.consumer.consume(num_messages=POLL_BATCH, timeout=0.5)
-        records = [[m.partition(), m.offset(), m.value().decode()] for m in msgs if m.error() is None]
+        records = [[self.key(m.topic(), m.partition()), m.offset(), m.value().decode()]
+                   for m in msgs if m.error() is None]
+        for m in msgs:
+            if m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF:
+                self.at_end(self.key(m.topic(), m.partition()), m.offset())
+        msgs = [m for m in msgs if m.error() is None or m.error().code() != KafkaError._PARTITION_EOF]
         # What librdkafka tells the application (an offset reset, say, and
         # why): kept in the history, so an anomaly shows its cause.
-        errors = [f"[{m.partition()}] {m.error()}" for m in msgs if m.error() is not None]
+        errors = [f"[{self.key(m.topic(), m.partition())}] {m.error()}" for m in msgs if m.error() is not None]
         for e in errors:
             LOG.info("%s: consumer error %s", self.proc, e)
         extra = {"errors": errors} if errors else {}
         if records:
             self.history.add(self.proc, OK, "poll", records, rebalanced=sorted(self.rebalanced), **extra)
             for p, o, _ in records:
-                self.position[p] = o + 1
+                self.position[p] = max(self.position.get(p, 0), o + 1)  # an EOF in the same batch may be past it
         elif self.rebalanced or errors:
             self.history.add(self.proc, OK, "poll", [], rebalanced=sorted(self.rebalanced), **extra)
         return records
 
     def caught_up(self, ends: dict[int, int]) -> bool:
         return all(self.position.get(p, 0) >= end for p, end in ends.items() if end > 0)
+
+    def at_end(self, key, offset: int) -> None:
+        """The consumer reached the end of `key`'s partition at `offset`
+        (past any control record a read_committed reader never returns)."""
+        self.position[key] = max(self.position.get(key, 0), offset)
 
     def body(self) -> None:
         try:
@@ -261,8 +294,8 @@ class AssignConsumer(PollingConsumer):
         self.reassign_p = reassign_p
 
     def begin(self) -> None:
-        parts = list(range(self.partitions))
-        self.consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
+        parts = self.all_keys()
+        self.consumer.assign([self.topic_partition(k, OFFSET_BEGINNING) for k in parts])
         self.position = {}
         self.history.add(self.proc, OK, "assign", "from-beginning", partitions=parts)
 
@@ -280,15 +313,17 @@ class GroupConsumer(PollingConsumer):
     """Subscribes with a group and commits after every poll (synchronously,
     the offsets after what it read). Assignment changes are recorded."""
 
-    # group -> partition -> highest acknowledged commit (shared by members)
+    # group -> key -> highest acknowledged commit (shared by members)
     committed: dict[str, dict[int, int]] = {}
+    # group -> key -> highest end of partition a member reached
+    ended: dict[str, dict[int, int]] = {}
 
     def __init__(self, idx: int, *args):
         super().__init__(f"group-{idx}", *args)
 
     def _on_change(self, kind: str):
         def cb(consumer, tps) -> None:
-            parts = sorted(tp.partition for tp in tps)
+            parts = sorted(self.key(tp.topic, tp.partition) for tp in tps)
             self.rebalanced.update(parts)
             for p in parts:
                 self.position.pop(p, None)
@@ -296,15 +331,21 @@ class GroupConsumer(PollingConsumer):
         return cb
 
     def begin(self) -> None:
-        self.consumer.subscribe([self.topic], on_assign=self._on_change("assigned"),
+        self.consumer.subscribe(self.topics(), on_assign=self._on_change("assigned"),
                                 on_revoke=self._on_change("revoked"), on_lost=self._on_change("lost"))
-        self.history.add(self.proc, OK, "subscribe", self.topic, partitions=None, group=self.group)
+        self.history.add(self.proc, OK, "subscribe", ",".join(self.topics()), partitions=None, group=self.group)
 
     def caught_up(self, ends: dict[int, int]) -> bool:
         """The group has committed every partition's end (members share
         the partitions out, so this is the group's progress, not its own)."""
         done = GroupConsumer.committed.get(self.group, {})
-        return all(done.get(p, 0) >= end for p, end in ends.items())
+        ended = GroupConsumer.ended.get(self.group, {})
+        return all(max(done.get(p, 0), ended.get(p, 0)) >= end for p, end in ends.items())
+
+    def at_end(self, key, offset: int) -> None:
+        super().at_end(key, offset)
+        mine = GroupConsumer.ended.setdefault(self.group, {})
+        mine[key] = max(mine.get(key, 0), offset)
 
     def after_poll(self, records) -> None:
         if not records:
@@ -314,15 +355,17 @@ class GroupConsumer(PollingConsumer):
             offsets[str(p)] = o + 1
         inv = self.history.add(self.proc, INVOKE, "commit", offsets, group=self.group)
         try:
-            done = self.consumer.commit(offsets=[TopicPartition(self.topic, int(p), o) for p, o in offsets.items()],
+            done = self.consumer.commit(offsets=[self.topic_partition(k, o) for k, o in offsets.items()],
                                         asynchronous=False)
         except KafkaException as e:
             self.history.complete(inv, INFO, error=str(e))
             return
-        ok = {str(tp.partition): tp.offset for tp in done if tp.error is None}
+        ok = {str(self.key(tp.topic, tp.partition)): tp.offset for tp in done if tp.error is None}
         mine = GroupConsumer.committed.setdefault(self.group, {})
-        for p, o in ok.items():
-            mine[int(p)] = max(mine.get(int(p), 0), o)
+        for tp in done:
+            if tp.error is None:
+                k = self.key(tp.topic, tp.partition)
+                mine[k] = max(mine.get(k, 0), tp.offset)
         if ok:
             self.history.complete(inv, OK, ok)
         if len(ok) < len(offsets):
