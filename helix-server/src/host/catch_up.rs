@@ -148,8 +148,12 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
     Ok((entries, bytes))
 }
 
-/// A WAL entry as a Raft entry: its stored batches as a produce entry of
-/// one request per batch, or a no-op when it holds none. Applying it again
+/// A WAL entry as a Raft entry: a marker entry when it holds a transaction
+/// marker's control batch (applied as a produce entry, the follower would
+/// store the same bytes but keep the transaction open: its last stable
+/// offset stuck, its aborted index short; found by the Jepsen transactional
+/// workload), else its stored batches as a produce entry of one request per
+/// batch, or a no-op when it holds none. Applying it again
 /// yields the same bytes at the same offsets: the batches were accepted
 /// once, in this order, and every replica derives the same producer state.
 /// One request per batch, not one for all: the stored batches may come
@@ -159,6 +163,8 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
 fn wal_entry(term: u64, index: u64, batches: Bytes) -> crate::error::Result<Entry> {
     let (kind, data) = if batches.is_empty() {
         (EntryKind::Noop, Bytes::new())
+    } else if let Some(marker) = stored_marker(&batches) {
+        (EntryKind::Normal, entry::encode_marker(&marker))
     } else {
         let each = split_batches(&batches)?;
         (
@@ -172,6 +178,17 @@ fn wal_entry(term: u64, index: u64, batches: Bytes) -> crate::error::Result<Entr
         kind,
         data,
     })
+}
+
+/// The marker a WAL entry stores, if it is one: a marker entry stores one
+/// control batch and nothing else (a produce entry never holds a control
+/// batch: clients cannot send one).
+fn stored_marker(batches: &Bytes) -> Option<crate::replica::markers::Marker> {
+    let h = crate::replica::batch::parse_header(batches).ok()?;
+    if !h.is_control() || h.total_len() != batches.len() {
+        return None;
+    }
+    crate::replica::markers::read_marker(batches)
 }
 
 /// The record batches stored back to back in `batches`, each as a slice.
@@ -254,6 +271,54 @@ mod tests {
         let out = apply(&mut follower, &mut on_follower, 2, caught_up.data);
         assert_eq!(out, vec![1, 3]);
         assert_eq!(follower.next_offset(), 4);
+        let (_, copied) = follower
+            .entries_from(2)
+            .next()
+            .expect("entry")
+            .expect("read");
+        assert_eq!(copied, stored, "the follower stores the leader's bytes");
+    }
+
+    #[test]
+    fn a_caught_up_marker_is_applied_as_a_marker() {
+        use crate::replica::apply::apply_marker;
+        use crate::replica::batch::tests::transactional;
+        use crate::replica::markers::Marker;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = |name: &str| {
+            PartitionLog::open(dir.path().join(name).as_path(), LogConfig::default())
+                .expect("open")
+                .0
+        };
+        let (mut leader, mut follower) = (open("l"), open("f"));
+        let (mut on_leader, mut on_follower) = (ProducerTable::default(), ProducerTable::default());
+        // Producer 7 opens a transaction on both.
+        let open_txn = entry::encode_produce(
+            [vec![transactional(&make_batch(&[b"0"], 7, 0, 10), 0)]]
+                .iter()
+                .map(Vec::as_slice),
+        );
+        apply(&mut leader, &mut on_leader, 1, open_txn.clone());
+        apply(&mut follower, &mut on_follower, 1, open_txn);
+        assert_eq!(on_follower.first_unstable(), Some(0));
+        // The leader commits it; the follower gets the marker from the WAL.
+        let marker = Marker {
+            producer_id: 7,
+            producer_epoch: 0,
+            commit: true,
+            coordinator_epoch: 3,
+            timestamp: 20,
+        };
+        let pos = RaftPosition { term: 2, index: 2 };
+        apply_marker(&mut leader, &mut on_leader, pos, &marker, &mut None).expect("marker");
+        let (pos, stored) = leader.entries_from(2).next().expect("entry").expect("read");
+        let caught_up = wal_entry(pos.term, pos.index, stored.clone()).expect("entry");
+        let PartitionEntry::Marker(read) = decode(caught_up.data).expect("decode") else {
+            panic!("a marker caught up as another entry");
+        };
+        assert_eq!(read, marker);
+        apply_marker(&mut follower, &mut on_follower, pos, &read, &mut None).expect("marker");
+        assert_eq!(on_follower.first_unstable(), None, "the transaction ended");
         let (_, copied) = follower
             .entries_from(2)
             .next()
