@@ -1,0 +1,248 @@
+//! The pure cleaning step (ADR 0027 §5-§7): batches of the dirty range in,
+//! cleaned batches out. No files, no clock, no producer table: the caller
+//! passes the key map, the horizons and the producers whose last batch
+//! must stay, so the same input always gives the same bytes.
+//!
+//! What stays true of the output, batch by batch:
+//! - a batch keeps its base offset, lastOffsetDelta, maxTimestamp and
+//!   producer fields; only its record count, length and CRC change (and,
+//!   once, its delete horizon: KIP-534's attribute bit and firstTimestamp);
+//! - kept records are the stored bytes (only the timestamp delta is
+//!   rebased when a delete horizon is set, so every record's timestamp is
+//!   unchanged), so their offsets are their original ones and offsets stay
+//!   strictly increasing, with gaps where records went;
+//! - a batch whose records all go is dropped, unless it holds the last
+//!   sequence of a producer still tracked: then it is kept empty (Kafka's
+//!   `RETAIN_EMPTY`) so the producer state rebuilt from the log is the same;
+//! - a compressed batch is written again in its own codec, at that codec's
+//!   default level (as Kafka's cleaner does);
+//! - control and transactional batches go through untouched and their keys
+//!   are not mapped, until the cleaner learns the aborted index (ADR 0027
+//!   §6, step 3): correct, only less compact.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use helix_wal::batch::{BatchHeader, Batches, with_cleaned_records};
+
+use super::key_map::KeyMap;
+use crate::error::{HelixError, Result};
+use crate::replica::recompress::{TopicCompression, recompress};
+use crate::replica::records::{RecordView, records_section, split_records};
+
+/// Largest decompressed records section of one batch the cleaner holds.
+/// The produce path already bounds what a batch may decompress to; this
+/// keeps a damaged batch from asking for more.
+pub const MAX_RECORDS_SECTION: usize = 256 << 20;
+
+/// What bounds one pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Horizons {
+    /// First offset this pass does not clean: the end of the mapped range
+    /// (never above the active segment, the LSO or the high watermark).
+    /// Records at or above it are kept as they are.
+    pub clean_below: i64,
+    /// The cleaner's clock, for the delete horizon.
+    pub now_ms: i64,
+    /// `delete.retention.ms`: how long a tombstone outlives the pass that
+    /// first kept it as the only record of its key.
+    pub delete_retention_ms: i64,
+}
+
+/// The producers whose last data batch must stay even when emptied:
+/// producer id → last offset of its last data batch (from the replica's
+/// producer table).
+pub type ProducerLastBatches = HashMap<i64, i64>;
+
+/// How far a key map reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mapped {
+    /// First offset not mapped: the cleanable range of this pass ends here.
+    pub end: i64,
+    /// The map filled before `upper`: the rest waits for the next pass.
+    pub full: bool,
+}
+
+/// Counts of one pass, for the cleaner's metrics and log line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanStats {
+    pub batches_read: u64,
+    pub batches_dropped: u64,
+    pub records_read: u64,
+    pub records_removed: u64,
+    /// Records without a key, removed (Kafka counts them as invalid).
+    pub keyless_removed: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+/// Maps the latest offset of every key in `batches` (whole batches, offset
+/// order) whose batch ends below `upper`. Stops at the batch where the
+/// map fills: the range ends at that batch's base offset. Keys already
+/// inserted from that batch are at or past the end, where nothing is
+/// cleaned, so they only ever point at a record that stays.
+pub fn build_key_map(batches: &[u8], upper: i64, map: &mut KeyMap) -> Result<Mapped> {
+    let mut end = None;
+    for item in Batches::new(batches) {
+        let (h, range) = item.map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
+        if h.next_offset() > upper {
+            return Ok(Mapped {
+                end: end.unwrap_or(h.base_offset).min(upper),
+                full: false,
+            });
+        }
+        if !h.is_control() && !h.is_transactional() {
+            let section = records_section(&batches[range], MAX_RECORDS_SECTION)?;
+            for r in split_records(&section)? {
+                let Some(key) = r.key else { continue };
+                let offset = h.base_offset + i64::from(r.offset_delta);
+                if map.insert(key, offset).is_err() {
+                    return Ok(Mapped {
+                        end: h.base_offset,
+                        full: true,
+                    });
+                }
+            }
+        }
+        end = Some(h.next_offset());
+    }
+    Ok(Mapped {
+        end: end.unwrap_or(upper).min(upper),
+        full: false,
+    })
+}
+
+/// Cleans `batches` (whole batches, offset order) against `map`.
+pub fn clean(
+    batches: &[u8],
+    map: &KeyMap,
+    horizons: &Horizons,
+    producers: &ProducerLastBatches,
+) -> Result<(Vec<Bytes>, CleanStats)> {
+    let mut out = Vec::new();
+    let mut stats = CleanStats::default();
+    for item in Batches::new(batches) {
+        let (h, range) = item.map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
+        let batch = &batches[range];
+        stats.batches_read += 1;
+        stats.bytes_read += batch.len() as u64;
+        match clean_batch(batch, &h, map, horizons, producers, &mut stats)? {
+            Some(b) => {
+                stats.bytes_written += b.len() as u64;
+                out.push(b);
+            }
+            None => stats.batches_dropped += 1,
+        }
+    }
+    Ok((out, stats))
+}
+
+/// One batch: the same bytes, rebuilt bytes, or None when dropped.
+fn clean_batch(
+    batch: &[u8],
+    h: &BatchHeader,
+    map: &KeyMap,
+    horizons: &Horizons,
+    producers: &ProducerLastBatches,
+    stats: &mut CleanStats,
+) -> Result<Option<Bytes>> {
+    if h.base_offset >= horizons.clean_below || h.is_control() || h.is_transactional() {
+        return Ok(Some(Bytes::copy_from_slice(batch)));
+    }
+    let section = records_section(batch, MAX_RECORDS_SECTION)?;
+    let records = split_records(&section)?;
+    stats.records_read += records.len() as u64;
+    let tombstones_expired = h
+        .delete_horizon_ms()
+        .is_some_and(|horizon| horizons.now_ms >= horizon);
+    let mut kept = Vec::with_capacity(records.len());
+    let mut tombstone_kept = false;
+    for r in &records {
+        let offset = h.base_offset + i64::from(r.offset_delta);
+        let keep = if offset >= horizons.clean_below {
+            true
+        } else if let Some(key) = r.key {
+            let latest = map.get(key).is_none_or(|latest| latest <= offset);
+            latest && (r.has_value || !tombstones_expired)
+        } else {
+            stats.keyless_removed += 1;
+            false
+        };
+        if keep {
+            tombstone_kept |= !r.has_value;
+            kept.push(*r);
+        }
+    }
+    stats.records_removed += (records.len() - kept.len()) as u64;
+    // KIP-534: the first pass that keeps a tombstone of a batch wholly
+    // inside the cleaned range starts its delete horizon.
+    let horizon = (tombstone_kept
+        && h.delete_horizon_ms().is_none()
+        && h.last_offset() < horizons.clean_below)
+        .then(|| horizons.now_ms.saturating_add(horizons.delete_retention_ms));
+    if kept.len() == records.len() && horizon.is_none() {
+        return Ok(Some(Bytes::copy_from_slice(batch)));
+    }
+    if kept.is_empty() {
+        let last_of_producer =
+            h.producer_id >= 0 && producers.get(&h.producer_id) == Some(&h.last_offset());
+        if !last_of_producer {
+            return Ok(None);
+        }
+        let empty = with_cleaned_records(batch, &[], 0, None)
+            .map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
+        return Ok(Some(Bytes::from(empty)));
+    }
+    let mut section = Vec::with_capacity(section.len());
+    for r in &kept {
+        write_record(&mut section, r, h.first_timestamp, horizon);
+    }
+    let count = i32::try_from(kept.len()).unwrap_or(i32::MAX);
+    let plain = with_cleaned_records(batch, &section, count, horizon)
+        .map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
+    let plain = Bytes::from(plain);
+    let codec = match h.compression() {
+        0 => return Ok(Some(plain)),
+        1 => TopicCompression::Gzip(-1),
+        2 => TopicCompression::Snappy,
+        3 => TopicCompression::Lz4(9),
+        4 => TopicCompression::Zstd(3),
+        other => {
+            return Err(HelixError::CorruptBatch(format!(
+                "unknown compression codec {other}"
+            )));
+        }
+    };
+    recompress(&plain, codec, usize::MAX).map(Some)
+}
+
+/// Appends `r` (length prefix and body) to `out`; with a new base
+/// timestamp, its timestamp delta is rebased on it.
+fn write_record(out: &mut Vec<u8>, r: &RecordView<'_>, old_base: i64, new_base: Option<i64>) {
+    let Some(new_base) = new_base else {
+        put_varlong(out, r.body.len() as i64);
+        out.extend_from_slice(r.body);
+        return;
+    };
+    let timestamp = old_base.wrapping_add(r.timestamp_delta);
+    let mut body = Vec::with_capacity(r.body.len() + 10);
+    body.push(r.body[0]);
+    put_varlong(&mut body, timestamp.wrapping_sub(new_base));
+    body.extend_from_slice(&r.body[r.after_timestamp..]);
+    put_varlong(out, body.len() as i64);
+    out.extend_from_slice(&body);
+}
+
+/// A zigzag varlong, as Kafka's records encode lengths and deltas.
+fn put_varlong(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+#[cfg(test)]
+#[path = "clean_tests.rs"]
+mod tests;
