@@ -16,9 +16,10 @@
 //!   `RETAIN_EMPTY`) so the producer state rebuilt from the log is the same;
 //! - a compressed batch is written again in its own codec, at that codec's
 //!   default level (as Kafka's cleaner does);
-//! - control and transactional batches go through untouched and their keys
-//!   are not mapped, until the cleaner learns the aborted index (ADR 0027
-//!   §6, step 3): correct, only less compact.
+//! - transactions as Kafka's cleaner (`txn.rs`): batches of aborted
+//!   transactions go and are never mapped; a marker goes once no batch of
+//!   its transaction is left and its delete horizon has passed (set, like
+//!   a tombstone's, by the first pass that finds it may go).
 
 use std::collections::HashMap;
 
@@ -26,7 +27,9 @@ use bytes::Bytes;
 use helix_wal::batch::{BatchHeader, Batches, with_cleaned_records};
 
 use super::key_map::KeyMap;
+use super::txn::CleanedTxns;
 use crate::error::{HelixError, Result};
+use crate::replica::markers::AbortedTxn;
 use crate::replica::recompress::{TopicCompression, recompress};
 use crate::replica::records::{RecordView, records_section, split_records};
 
@@ -49,10 +52,42 @@ pub struct Horizons {
     pub delete_retention_ms: i64,
 }
 
-/// The producers whose last data batch must stay even when emptied:
-/// producer id → last offset of its last data batch (from the replica's
-/// producer table).
-pub type ProducerLastBatches = HashMap<i64, i64>;
+/// The batch that holds what the producer table knows of one producer
+/// (Kafka's `LastRecord`): it stays, emptied if need be, so the table
+/// rebuilt from the log is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastBatch {
+    /// Last offset of its last data batch (the last sequence is in it);
+    /// None when its last entry is a marker.
+    pub last_data_offset: Option<i64>,
+    /// Its epoch: a marker of this epoch carries it when there is no data.
+    pub epoch: i16,
+}
+
+/// What the replica derived from its log and the batches do not say.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DerivedState<'a> {
+    /// The aborted transactions overlapping the range (`markers.rs`).
+    pub aborted: &'a [AbortedTxn],
+    /// Producer id → its last batch, for every producer still tracked.
+    pub producers: Option<&'a HashMap<i64, LastBatch>>,
+}
+
+impl DerivedState<'_> {
+    /// Kafka's `isBatchLastRecordOfProducer`.
+    fn holds_producer_state(&self, h: &BatchHeader) -> bool {
+        if h.producer_id < 0 {
+            return false;
+        }
+        let Some(last) = self.producers.and_then(|p| p.get(&h.producer_id)) else {
+            return false;
+        };
+        match last.last_data_offset {
+            Some(offset) => h.last_offset() == offset,
+            None => h.is_control() && h.producer_epoch == last.epoch,
+        }
+    }
+}
 
 /// How far a key map reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,11 +112,18 @@ pub struct CleanStats {
 }
 
 /// Maps the latest offset of every key in `batches` (whole batches, offset
-/// order) whose batch ends below `upper`. Stops at the batch where the
-/// map fills: the range ends at that batch's base offset. Keys already
-/// inserted from that batch are at or past the end, where nothing is
-/// cleaned, so they only ever point at a record that stays.
-pub fn build_key_map(batches: &[u8], upper: i64, map: &mut KeyMap) -> Result<Mapped> {
+/// order) whose batch ends below `upper`, except in control batches and
+/// aborted transactions. Stops at the batch where the map fills: the
+/// range ends at that batch's base offset. Keys already inserted from
+/// that batch are at or past the end, where nothing is cleaned, so they
+/// only ever point at a record that stays.
+pub fn build_key_map(
+    batches: &[u8],
+    upper: i64,
+    aborted: &[AbortedTxn],
+    map: &mut KeyMap,
+) -> Result<Mapped> {
+    let mut txns = CleanedTxns::new(aborted.to_vec());
     let mut end = None;
     for item in Batches::new(batches) {
         let (h, range) = item.map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
@@ -91,8 +133,15 @@ pub fn build_key_map(batches: &[u8], upper: i64, map: &mut KeyMap) -> Result<Map
                 full: false,
             });
         }
-        if !h.is_control() && !h.is_transactional() {
-            let section = records_section(&batches[range], MAX_RECORDS_SECTION)?;
+        let batch = &batches[range];
+        let skip = if h.is_control() {
+            txns.on_control_batch(&h, batch);
+            true
+        } else {
+            txns.on_data_batch(&h)
+        };
+        if !skip {
+            let section = records_section(batch, MAX_RECORDS_SECTION)?;
             for r in split_records(&section)? {
                 let Some(key) = r.key else { continue };
                 let offset = h.base_offset + i64::from(r.offset_delta);
@@ -112,13 +161,15 @@ pub fn build_key_map(batches: &[u8], upper: i64, map: &mut KeyMap) -> Result<Map
     })
 }
 
-/// Cleans `batches` (whole batches, offset order) against `map`.
+/// Cleans `batches` (whole batches, offset order, starting where the walk
+/// of `derived.aborted` starts) against `map`.
 pub fn clean(
     batches: &[u8],
     map: &KeyMap,
     horizons: &Horizons,
-    producers: &ProducerLastBatches,
+    derived: &DerivedState<'_>,
 ) -> Result<(Vec<Bytes>, CleanStats)> {
+    let mut txns = CleanedTxns::new(derived.aborted.to_vec());
     let mut out = Vec::new();
     let mut stats = CleanStats::default();
     for item in Batches::new(batches) {
@@ -126,7 +177,12 @@ pub fn clean(
         let batch = &batches[range];
         stats.batches_read += 1;
         stats.bytes_read += batch.len() as u64;
-        match clean_batch(batch, &h, map, horizons, producers, &mut stats)? {
+        let pass = Pass {
+            map,
+            horizons,
+            derived,
+        };
+        match pass.clean_batch(batch, &h, &mut txns, &mut stats)? {
             Some(b) => {
                 stats.bytes_written += b.len() as u64;
                 out.push(b);
@@ -137,83 +193,113 @@ pub fn clean(
     Ok((out, stats))
 }
 
-/// One batch: the same bytes, rebuilt bytes, or None when dropped.
-fn clean_batch(
-    batch: &[u8],
-    h: &BatchHeader,
-    map: &KeyMap,
-    horizons: &Horizons,
-    producers: &ProducerLastBatches,
-    stats: &mut CleanStats,
-) -> Result<Option<Bytes>> {
-    if h.base_offset >= horizons.clean_below || h.is_control() || h.is_transactional() {
-        return Ok(Some(Bytes::copy_from_slice(batch)));
-    }
-    let section = records_section(batch, MAX_RECORDS_SECTION)?;
-    let records = split_records(&section)?;
-    stats.records_read += records.len() as u64;
-    let tombstones_expired = h
-        .delete_horizon_ms()
-        .is_some_and(|horizon| horizons.now_ms >= horizon);
-    let mut kept = Vec::with_capacity(records.len());
-    let mut tombstone_kept = false;
-    for r in &records {
-        let offset = h.base_offset + i64::from(r.offset_delta);
-        let keep = if offset >= horizons.clean_below {
-            true
-        } else if let Some(key) = r.key {
-            let latest = map.get(key).is_none_or(|latest| latest <= offset);
-            latest && (r.has_value || !tombstones_expired)
+/// The inputs of one pass, shared by its batches.
+struct Pass<'a> {
+    map: &'a KeyMap,
+    horizons: &'a Horizons,
+    derived: &'a DerivedState<'a>,
+}
+
+impl Pass<'_> {
+    /// One batch: the same bytes, rebuilt bytes, or None when dropped.
+    fn clean_batch(
+        &self,
+        batch: &[u8],
+        h: &BatchHeader,
+        txns: &mut CleanedTxns,
+        stats: &mut CleanStats,
+    ) -> Result<Option<Bytes>> {
+        let horizons = self.horizons;
+        if h.base_offset >= horizons.clean_below {
+            return Ok(Some(Bytes::copy_from_slice(batch)));
+        }
+        let section = records_section(batch, MAX_RECORDS_SECTION)?;
+        let records = split_records(&section)?;
+        stats.records_read += records.len() as u64;
+        let horizon_passed = h
+            .delete_horizon_ms()
+            .is_some_and(|horizon| horizons.now_ms >= horizon);
+        // What stays, and whether what stays needs a delete horizon.
+        let (kept, wants_horizon) = if h.is_control() {
+            let may_go = txns.on_control_batch(h, batch);
+            if may_go && horizon_passed {
+                (Vec::new(), false)
+            } else {
+                (records.clone(), may_go)
+            }
+        } else if txns.on_data_batch(h) {
+            (Vec::new(), false)
         } else {
-            stats.keyless_removed += 1;
-            false
+            let kept: Vec<RecordView<'_>> = records
+                .iter()
+                .filter(|r| self.keep_record(r, h, horizon_passed, stats))
+                .copied()
+                .collect();
+            let tombstone = kept.iter().any(|r| r.value.is_none());
+            (kept, tombstone)
         };
-        if keep {
-            tombstone_kept |= !r.has_value;
-            kept.push(*r);
+        stats.records_removed += (records.len() - kept.len()) as u64;
+        // KIP-534: the first pass that keeps a tombstone (or a marker that
+        // may go) of a batch wholly inside the cleaned range starts its
+        // delete horizon.
+        let horizon = (wants_horizon
+            && h.delete_horizon_ms().is_none()
+            && h.last_offset() < horizons.clean_below)
+            .then(|| horizons.now_ms.saturating_add(horizons.delete_retention_ms));
+        if kept.len() == records.len() && horizon.is_none() {
+            return Ok(Some(Bytes::copy_from_slice(batch)));
         }
-    }
-    stats.records_removed += (records.len() - kept.len()) as u64;
-    // KIP-534: the first pass that keeps a tombstone of a batch wholly
-    // inside the cleaned range starts its delete horizon.
-    let horizon = (tombstone_kept
-        && h.delete_horizon_ms().is_none()
-        && h.last_offset() < horizons.clean_below)
-        .then(|| horizons.now_ms.saturating_add(horizons.delete_retention_ms));
-    if kept.len() == records.len() && horizon.is_none() {
-        return Ok(Some(Bytes::copy_from_slice(batch)));
-    }
-    if kept.is_empty() {
-        let last_of_producer =
-            h.producer_id >= 0 && producers.get(&h.producer_id) == Some(&h.last_offset());
-        if !last_of_producer {
-            return Ok(None);
+        if kept.is_empty() {
+            if !self.derived.holds_producer_state(h) {
+                return Ok(None);
+            }
+            let empty = with_cleaned_records(batch, &[], 0, None)
+                .map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
+            return Ok(Some(Bytes::from(empty)));
         }
-        let empty = with_cleaned_records(batch, &[], 0, None)
+        let mut section = Vec::with_capacity(section.len());
+        for r in &kept {
+            write_record(&mut section, r, h.first_timestamp, horizon);
+        }
+        let count = i32::try_from(kept.len()).unwrap_or(i32::MAX);
+        let plain = with_cleaned_records(batch, &section, count, horizon)
             .map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
-        return Ok(Some(Bytes::from(empty)));
+        let plain = Bytes::from(plain);
+        let codec = match h.compression() {
+            0 => return Ok(Some(plain)),
+            1 => TopicCompression::Gzip(-1),
+            2 => TopicCompression::Snappy,
+            3 => TopicCompression::Lz4(9),
+            4 => TopicCompression::Zstd(3),
+            other => {
+                return Err(HelixError::CorruptBatch(format!(
+                    "unknown compression codec {other}"
+                )));
+            }
+        };
+        recompress(&plain, codec, usize::MAX).map(Some)
     }
-    let mut section = Vec::with_capacity(section.len());
-    for r in &kept {
-        write_record(&mut section, r, h.first_timestamp, horizon);
-    }
-    let count = i32::try_from(kept.len()).unwrap_or(i32::MAX);
-    let plain = with_cleaned_records(batch, &section, count, horizon)
-        .map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
-    let plain = Bytes::from(plain);
-    let codec = match h.compression() {
-        0 => return Ok(Some(plain)),
-        1 => TopicCompression::Gzip(-1),
-        2 => TopicCompression::Snappy,
-        3 => TopicCompression::Lz4(9),
-        4 => TopicCompression::Zstd(3),
-        other => {
-            return Err(HelixError::CorruptBatch(format!(
-                "unknown compression codec {other}"
-            )));
+
+    /// Kafka's `shouldRetainRecord` for a record of a data batch that is
+    /// not aborted.
+    fn keep_record(
+        &self,
+        r: &RecordView<'_>,
+        h: &BatchHeader,
+        horizon_passed: bool,
+        stats: &mut CleanStats,
+    ) -> bool {
+        let offset = h.base_offset + i64::from(r.offset_delta);
+        if offset >= self.horizons.clean_below {
+            return true;
         }
-    };
-    recompress(&plain, codec, usize::MAX).map(Some)
+        let Some(key) = r.key else {
+            stats.keyless_removed += 1;
+            return false;
+        };
+        let latest = self.map.get(key).is_none_or(|latest| latest <= offset);
+        latest && (r.value.is_some() || !horizon_passed)
+    }
 }
 
 /// Appends `r` (length prefix and body) to `out`; with a new base

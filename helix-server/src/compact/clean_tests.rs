@@ -5,6 +5,7 @@ use kafka_protocol::records::{
 };
 
 use super::*;
+use crate::replica::markers::{Marker, control_batch, read_marker};
 use crate::replica::recompress::{TopicCompression, recompress};
 
 const NOW: i64 = 1_000_000;
@@ -66,15 +67,7 @@ fn contents(batches: &[Bytes]) -> Vec<(i64, Option<String>, Option<String>)> {
         assert_eq!(records.len(), h.record_count as usize);
         for r in records {
             let text = |s: &[u8]| String::from_utf8(s.to_vec()).expect("utf8");
-            let value = r.has_value.then(|| {
-                let mut rest = &r.body[r.after_timestamp..];
-                // offset delta, key length, key, value length
-                let _ = read(&mut rest);
-                let klen = read(&mut rest);
-                rest = &rest[klen.max(0) as usize..];
-                let vlen = read(&mut rest) as usize;
-                text(&rest[..vlen])
-            });
+            let value = r.value.map(text);
             out.push((
                 h.base_offset + i64::from(r.offset_delta),
                 r.key.map(text),
@@ -83,20 +76,6 @@ fn contents(batches: &[Bytes]) -> Vec<(i64, Option<String>, Option<String>)> {
         }
     }
     out
-}
-
-/// A zigzag varlong from the front of `b` (tests only).
-fn read(b: &mut &[u8]) -> i64 {
-    let mut v: u64 = 0;
-    for i in 0.. {
-        let byte = b[0];
-        *b = &b[1..];
-        v |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            break;
-        }
-    }
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
 fn horizons(clean_below: i64) -> Horizons {
@@ -109,7 +88,7 @@ fn horizons(clean_below: i64) -> Horizons {
 
 fn map_all(input: &[u8], upper: i64) -> (KeyMap, Mapped) {
     let mut map = KeyMap::with_capacity_bytes(1 << 20, 0.9);
-    let mapped = build_key_map(input, upper, &mut map).expect("map");
+    let mapped = build_key_map(input, upper, &[], &mut map).expect("map");
     (map, mapped)
 }
 
@@ -139,7 +118,13 @@ fn the_latest_value_per_key_survives_at_its_original_offset() {
             full: false
         }
     );
-    let (out, stats) = clean(&input, &map, &horizons(mapped.end), &HashMap::new()).unwrap();
+    let (out, stats) = clean(
+        &input,
+        &map,
+        &horizons(mapped.end),
+        &DerivedState::default(),
+    )
+    .unwrap();
     assert_eq!(
         contents(&out),
         vec![
@@ -182,7 +167,13 @@ fn offsets_stay_strictly_increasing_across_the_output() {
     }
     let input = concat(&batches);
     let (map, mapped) = map_all(&input, 120);
-    let (out, _) = clean(&input, &map, &horizons(mapped.end), &HashMap::new()).unwrap();
+    let (out, _) = clean(
+        &input,
+        &map,
+        &horizons(mapped.end),
+        &DerivedState::default(),
+    )
+    .unwrap();
     let offsets: Vec<i64> = contents(&out).iter().map(|r| r.0).collect();
     assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
     let mut prev_end = i64::MIN;
@@ -202,7 +193,13 @@ fn a_tombstone_gets_a_delete_horizon_and_goes_after_it() {
         batch_of(2, &[(Some("a"), None)], -1),
     ]);
     let (map, mapped) = map_all(&input, 3);
-    let (out, _) = clean(&input, &map, &horizons(mapped.end), &HashMap::new()).unwrap();
+    let (out, _) = clean(
+        &input,
+        &map,
+        &horizons(mapped.end),
+        &DerivedState::default(),
+    )
+    .unwrap();
     assert_eq!(
         contents(&out),
         vec![at(1, kv("b", "b0")), (2, Some("a".into()), None)]
@@ -223,14 +220,14 @@ fn a_tombstone_gets_a_delete_horizon_and_goes_after_it() {
         now_ms: NOW + RETENTION - 1,
         ..horizons(3)
     };
-    let (kept, _) = clean(&again, &map, &before, &HashMap::new()).unwrap();
+    let (kept, _) = clean(&again, &map, &before, &DerivedState::default()).unwrap();
     assert_eq!(kept, out);
     // At the horizon: it goes, and its emptied batch with it.
     let after = Horizons {
         now_ms: NOW + RETENTION,
         ..horizons(3)
     };
-    let (gone, stats) = clean(&again, &map, &after, &HashMap::new()).unwrap();
+    let (gone, stats) = clean(&again, &map, &after, &DerivedState::default()).unwrap();
     assert_eq!(contents(&gone), vec![at(1, kv("b", "b0"))]);
     assert_eq!(stats.batches_dropped, 1);
 }
@@ -245,7 +242,7 @@ fn nothing_at_or_above_the_clean_bound_is_touched() {
     // The map reaches 3; the batch at 3 is above the bound.
     let (map, mapped) = map_all(&input, 3);
     assert_eq!(mapped.end, 3);
-    let (out, _) = clean(&input, &map, &horizons(1), &HashMap::new()).unwrap();
+    let (out, _) = clean(&input, &map, &horizons(1), &DerivedState::default()).unwrap();
     // Only offset 0 was below the bound; it is superseded. The rest stays
     // byte for byte, keyless record and tombstone included.
     assert_eq!(out.len(), 2);
@@ -268,9 +265,15 @@ fn a_full_key_map_ends_the_cleanable_range_at_a_batch_boundary() {
     ]);
     // Room for two keys: "c" at offset 3 does not fit.
     let mut map = KeyMap::with_capacity_bytes(2 * KeyMap::BYTES_PER_KEY, 1.0);
-    let mapped = build_key_map(&input, 100, &mut map).unwrap();
+    let mapped = build_key_map(&input, 100, &[], &mut map).unwrap();
     assert_eq!(mapped, Mapped { end: 2, full: true });
-    let (out, _) = clean(&input, &map, &horizons(mapped.end), &HashMap::new()).unwrap();
+    let (out, _) = clean(
+        &input,
+        &map,
+        &horizons(mapped.end),
+        &DerivedState::default(),
+    )
+    .unwrap();
     // a0 goes (a1 at 2 is mapped and stays, being past the end); b0 stays:
     // b1 was never mapped. Everything from 2 on is as it was.
     assert_eq!(
@@ -295,7 +298,13 @@ fn a_record_without_a_key_is_removed_and_counted() {
         batch_of(2, &[(Some("b"), Some("b0"))], -1),
     ]);
     let (map, mapped) = map_all(&input, 3);
-    let (out, stats) = clean(&input, &map, &horizons(mapped.end), &HashMap::new()).unwrap();
+    let (out, stats) = clean(
+        &input,
+        &map,
+        &horizons(mapped.end),
+        &DerivedState::default(),
+    )
+    .unwrap();
     assert_eq!(
         contents(&out),
         vec![at(1, kv("a", "a0")), at(2, kv("b", "b0"))]
@@ -312,8 +321,18 @@ fn the_last_batch_of_a_tracked_producer_is_kept_empty() {
     ]);
     let (map, mapped) = map_all(&input, 4);
     // Producer 7's last batch ends at 0; producer 8 is no longer tracked.
-    let producers = HashMap::from([(7, 0)]);
-    let (out, _) = clean(&input, &map, &horizons(mapped.end), &producers).unwrap();
+    let producers = HashMap::from([(
+        7,
+        LastBatch {
+            last_data_offset: Some(0),
+            epoch: 0,
+        },
+    )]);
+    let derived = DerivedState {
+        aborted: &[],
+        producers: Some(&producers),
+    };
+    let (out, _) = clean(&input, &map, &horizons(mapped.end), &derived).unwrap();
     assert_eq!(out.len(), 2);
     let empty = BatchHeader::parse_checked(&out[0]).unwrap();
     assert_eq!(
@@ -347,7 +366,13 @@ fn compressed_batches_are_cleaned_and_stay_in_their_codec() {
             ),
         ]);
         let (map, mapped) = map_all(&input, 4);
-        let (out, _) = clean(&input, &map, &horizons(mapped.end), &HashMap::new()).unwrap();
+        let (out, _) = clean(
+            &input,
+            &map,
+            &horizons(mapped.end),
+            &DerivedState::default(),
+        )
+        .unwrap();
         assert_eq!(
             contents(&out),
             vec![at(2, kv("a", "a1")), (3, Some("b".into()), None)],
@@ -360,19 +385,118 @@ fn compressed_batches_are_cleaned_and_stay_in_their_codec() {
     }
 }
 
+/// `batch` marked transactional (attribute 0x10), CRC fixed.
+fn transactional(mut batch: Vec<u8>) -> Vec<u8> {
+    batch[22] |= 0x10;
+    let crc = helix_wal::batch::compute_crc(&batch);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    batch
+}
+
+/// The control batch of producer 9 (epoch 0) at `offset`.
+fn marker_at(offset: i64, commit: bool) -> Vec<u8> {
+    let mut b = control_batch(&Marker {
+        producer_id: 9,
+        producer_epoch: 0,
+        commit,
+        coordinator_epoch: 4,
+        timestamp: 1000 + offset,
+    });
+    helix_wal::patch_batch_header(&mut b, offset, 3).unwrap();
+    b
+}
+
+fn is_marker(b: &[u8]) -> bool {
+    BatchHeader::parse(b).unwrap().is_control()
+}
+
 #[test]
-fn control_and_transactional_batches_pass_through_unmapped() {
-    let mut txn = batch_of(1, &[(Some("a"), Some("in-txn"))], 9);
-    // Mark it transactional (attribute 0x10) and fix its CRC.
-    txn[22] |= 0x10;
-    let crc = helix_wal::batch::compute_crc(&txn);
-    txn[17..21].copy_from_slice(&crc.to_be_bytes());
-    let input = concat(&[batch_of(0, &[(Some("a"), Some("a0"))], -1), txn.clone()]);
-    let (map, mapped) = map_all(&input, 2);
-    assert_eq!(map.get(b"a"), Some(0), "transactional keys are not mapped");
-    let (out, _) = clean(&input, &map, &horizons(mapped.end), &HashMap::new()).unwrap();
-    assert_eq!(out.len(), 2);
-    assert_eq!(&out[1][..], &txn[..]);
+fn aborted_data_goes_first_and_its_marker_after_the_horizon() {
+    let input = concat(&[
+        batch_of(0, &[(Some("a"), Some("a0"))], -1),
+        transactional(batch_of(1, &[(Some("a"), Some("aborted"))], 9)),
+        marker_at(2, false),
+    ]);
+    let aborted = [AbortedTxn {
+        producer_id: 9,
+        first_offset: 1,
+        last_offset: 2,
+    }];
+    let derived = DerivedState {
+        aborted: &aborted,
+        producers: None,
+    };
+    let mut map = KeyMap::with_capacity_bytes(1 << 20, 0.9);
+    let mapped = build_key_map(&input, 3, &aborted, &mut map).unwrap();
+    assert_eq!(map.get(b"a"), Some(0), "aborted keys are not mapped");
+    // Pass 1: the aborted batch goes; its marker stays (batches were seen).
+    let (once, _) = clean(&input, &map, &horizons(mapped.end), &derived).unwrap();
+    assert_eq!(contents(&once[..1]), vec![at(0, kv("a", "a0"))]);
+    assert_eq!(once.len(), 2);
+    assert_eq!(&once[1][..], &marker_at(2, false)[..]);
+    // Pass 2: nothing of the transaction is left: the marker gets a horizon
+    // and still reads as the same marker.
+    let input = once.concat();
+    let (twice, _) = clean(&input, &map, &horizons(3), &derived).unwrap();
+    assert_eq!(twice.len(), 2);
+    let h = BatchHeader::parse(&twice[1]).unwrap();
+    assert_eq!(h.delete_horizon_ms(), Some(NOW + RETENTION));
+    let m = read_marker(&twice[1]).expect("still a marker");
+    assert_eq!(
+        (m.producer_id, m.commit, m.coordinator_epoch),
+        (9, false, 4)
+    );
+    // Pass 3, after the horizon: the marker goes, unless it carries the
+    // producer's last epoch.
+    let input = twice.concat();
+    let later = Horizons {
+        now_ms: NOW + RETENTION,
+        ..horizons(3)
+    };
+    let (thrice, _) = clean(&input, &map, &later, &derived).unwrap();
+    assert_eq!(thrice.len(), 1);
+    assert!(!is_marker(&thrice[0]));
+    let producers = HashMap::from([(
+        9,
+        LastBatch {
+            last_data_offset: None,
+            epoch: 0,
+        },
+    )]);
+    let tracked = DerivedState {
+        aborted: &aborted,
+        producers: Some(&producers),
+    };
+    let (kept, _) = clean(&input, &map, &later, &tracked).unwrap();
+    assert_eq!(kept.len(), 2);
+    let empty = BatchHeader::parse_checked(&kept[1]).unwrap();
+    assert!(empty.is_control());
+    assert_eq!((empty.base_offset, empty.record_count), (2, 0));
+}
+
+#[test]
+fn committed_transactional_records_are_compacted_and_their_marker_outlives_them() {
+    let input = concat(&[
+        transactional(batch_of(0, &[(Some("a"), Some("a0"))], 9)),
+        marker_at(1, true),
+        batch_of(2, &[(Some("a"), Some("a1"))], -1),
+    ]);
+    let (map, mapped) = map_all(&input, 3);
+    assert_eq!(map.get(b"a"), Some(2));
+    let (once, _) = clean(
+        &input,
+        &map,
+        &horizons(mapped.end),
+        &DerivedState::default(),
+    )
+    .unwrap();
+    // a0 is superseded; the marker stays this pass (its batch was seen).
+    assert_eq!(once.len(), 2);
+    assert_eq!(&once[0][..], &marker_at(1, true)[..]);
+    let (twice, _) = clean(&once.concat(), &map, &horizons(3), &DerivedState::default()).unwrap();
+    let h = BatchHeader::parse(&twice[0]).unwrap();
+    assert!(h.is_control());
+    assert_eq!(h.delete_horizon_ms(), Some(NOW + RETENTION));
 }
 
 #[test]
@@ -395,10 +519,15 @@ fn the_same_input_gives_byte_identical_output() {
         }
         let input = concat(&batches);
         let (map, mapped) = map_all(&input, 50);
-        clean(&input, &map, &horizons(mapped.end), &HashMap::new())
-            .unwrap()
-            .0
-            .concat()
+        clean(
+            &input,
+            &map,
+            &horizons(mapped.end),
+            &DerivedState::default(),
+        )
+        .unwrap()
+        .0
+        .concat()
     };
     assert_eq!(run(), run());
 }

@@ -111,8 +111,8 @@ pub struct RecordView<'a> {
     pub after_timestamp: usize,
     /// None for a null key.
     pub key: Option<&'a [u8]>,
-    /// False for a null value: a tombstone.
-    pub has_value: bool,
+    /// None for a null value: a tombstone.
+    pub value: Option<&'a [u8]>,
 }
 
 /// The records of an uncompressed records section, in order.
@@ -148,7 +148,7 @@ fn view(body: &[u8]) -> io::Result<RecordView<'_>> {
         offset_delta: prefix.offset_delta,
         after_timestamp,
         key,
-        has_value: value.is_some(),
+        value,
     })
 }
 
