@@ -14,6 +14,7 @@
 mod active;
 pub mod batch;
 mod budget;
+mod compaction;
 mod config;
 mod entry_index;
 mod error;

@@ -20,7 +20,7 @@ const CHECKPOINT_MAGIC: &[u8; 4] = b"HXCP";
 const LOG_START_MAGIC: &[u8; 4] = b"HXLS";
 const INTENT_MAGIC: &[u8; 4] = b"HXTI";
 
-fn encode(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
+pub(crate) fn encode(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
     let mut b = Vec::with_capacity(8 + fields.len() * 8);
     b.extend_from_slice(magic);
     for f in fields {
@@ -31,7 +31,7 @@ fn encode(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
     b
 }
 
-fn decode(magic: &[u8; 4], raw: &[u8], n: usize) -> Option<Vec<u64>> {
+pub(crate) fn decode(magic: &[u8; 4], raw: &[u8], n: usize) -> Option<Vec<u64>> {
     let len = 4 + n * 8 + 4;
     if raw.len() < len || &raw[0..4] != magic {
         return None;
@@ -48,7 +48,7 @@ fn decode(magic: &[u8; 4], raw: &[u8], n: usize) -> Option<Vec<u64>> {
     )
 }
 
-fn read(path: &Path) -> Result<Option<Vec<u8>>> {
+pub(crate) fn read(path: &Path) -> Result<Option<Vec<u8>>> {
     match fs::read(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
