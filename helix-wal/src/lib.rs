@@ -26,6 +26,7 @@ mod positions;
 mod reader;
 mod recovery;
 mod retention;
+mod rewrite;
 mod segment;
 mod shared;
 mod source;
