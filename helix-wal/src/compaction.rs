@@ -21,10 +21,10 @@
 //! refuses the directory (ADR 0001: refuse, never guess) rather than
 //! delete either side.
 //!
-//! This module knows files only; the writer of the cleaned segment and the
-//! swap of the readers' segment list come with the cleaner (ADR 0027,
-//! step 2). Nothing calls it yet outside tests.
-#![cfg_attr(not(test), allow(dead_code))]
+//! This module knows files only. `recover_swap` runs first in every
+//! recovery; `commit_swap` is called by nothing yet outside tests: the
+//! swap of the readers' segment list comes with the cleaner (ADR 0027,
+//! step 2).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -68,6 +68,7 @@ pub enum SwapRecovery {
 }
 
 /// `dir/<base:020>.<ext>`.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn live_path(dir: &Path, base: i64, ext: &str) -> PathBuf {
     dir.join(format!("{base:020}.{ext}"))
 }
@@ -139,6 +140,7 @@ fn len_of(path: &Path) -> Option<u64> {
 /// Swaps the cleaned segment described by `intent` (its four `.cleaned`
 /// files already written) in for the old ones. On an error the directory
 /// is left for [`recover_swap`] to settle at the next open.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn commit_swap(dir: &Path, intent: &SwapIntent) -> Result<()> {
     if intent.old_bases.first() != Some(&intent.new_base)
         || intent.old_bases.len() > MAX_SWAPPED_SEGMENTS
@@ -218,10 +220,13 @@ pub fn recover_swap(dir: &Path) -> Result<SwapRecovery> {
                 ),
             });
         }
-        for path in with(CLEANED) {
-            remove_file(&path)?;
+        let cleaned = with(CLEANED);
+        for path in &cleaned {
+            remove_file(path)?;
         }
-        meta::sync_dir(dir)?;
+        if !cleaned.is_empty() {
+            meta::sync_dir(dir)?;
+        }
         return Ok(SwapRecovery::None);
     };
     if new_segment_whole(dir, &intent) {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::active::ActiveSegment;
 use crate::batch;
+use crate::compaction::SwapRecovery;
 use crate::config::LogConfig;
 use crate::entry_index::{self, EntryRecord, RECORD_LEN};
 use crate::error::{Result, WalError};
@@ -145,6 +146,14 @@ pub fn finish_truncation(dir: &Path, bases: &mut Vec<i64>, intent: TruncateInten
 
 pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     fs::create_dir_all(dir).map_err(|e| WalError::io("create directory", dir, e))?;
+    // First: `list` removes files of a base without a `.log`, which is what
+    // the old segments of a half-done compaction swap look like.
+    match crate::compaction::recover_swap(dir)? {
+        SwapRecovery::None => {}
+        done => {
+            tracing::warn!(dir = %dir.display(), outcome = ?done, "recovery settled an interrupted compaction swap")
+        }
+    }
     let mut bases = list(dir)?;
     let mut report = Recovery {
         next_offset: 0,
