@@ -25,6 +25,8 @@ const MAX_RECORD_LEN: i64 = i32::MAX as i64;
 pub struct RecordPrefix {
     pub timestamp_delta: i64,
     pub offset_delta: i32,
+    /// The key is not null (a compacted topic refuses records without).
+    pub has_key: bool,
 }
 
 /// Calls `visit` for each record of the batch at the start of `batch` (a
@@ -44,7 +46,15 @@ pub fn walk(batch: &[u8], mut visit: impl FnMut(RecordPrefix) -> bool) -> Result
             return Err(HelixError::CorruptBatch(format!("record length {len}")));
         }
         let mut limited = (&mut reader).take(len as u64);
-        let prefix = read_prefix(&mut limited).map_err(corrupt)?;
+        let (timestamp_delta, offset_delta) = read_prefix(&mut limited).map_err(corrupt)?;
+        let key_len = read_varlong(&mut limited)
+            .and_then(|l| l.ok_or_else(|| cut("key length")))
+            .map_err(corrupt)?;
+        let prefix = RecordPrefix {
+            timestamp_delta,
+            offset_delta,
+            has_key: key_len >= 0,
+        };
         io::copy(&mut limited, &mut io::sink()).map_err(corrupt)?;
         if limited.limit() != 0 {
             return Err(HelixError::CorruptBatch("record cut short".into()));
@@ -134,7 +144,7 @@ pub fn split_records(section: &[u8]) -> Result<Vec<RecordView<'_>>> {
 
 fn view(body: &[u8]) -> io::Result<RecordView<'_>> {
     let mut r = body;
-    let prefix = read_prefix(&mut r)?;
+    let (timestamp_delta, offset_delta) = read_prefix(&mut r)?;
     // read_prefix consumed attributes, timestamp delta and offset delta;
     // find where the offset delta started by re-reading the first two.
     let mut t = &body[1..];
@@ -144,8 +154,8 @@ fn view(body: &[u8]) -> io::Result<RecordView<'_>> {
     let value = read_bytes(&mut r)?;
     Ok(RecordView {
         body,
-        timestamp_delta: prefix.timestamp_delta,
-        offset_delta: prefix.offset_delta,
+        timestamp_delta,
+        offset_delta,
         after_timestamp,
         key,
         value,
@@ -168,16 +178,13 @@ fn read_bytes<'a>(r: &mut &'a [u8]) -> io::Result<Option<&'a [u8]>> {
 }
 
 /// attributes (1 byte), timestampDelta (varlong), offsetDelta (varint).
-fn read_prefix(r: &mut impl Read) -> io::Result<RecordPrefix> {
+fn read_prefix(r: &mut impl Read) -> io::Result<(i64, i32)> {
     let mut attributes = [0u8; 1];
     r.read_exact(&mut attributes)?;
     let timestamp_delta = read_varlong(r)?.ok_or_else(|| cut("timestamp delta"))?;
     let offset_delta = read_varlong(r)?.ok_or_else(|| cut("offset delta"))?;
     let offset_delta = i32::try_from(offset_delta).map_err(|_| cut("offset delta range"))?;
-    Ok(RecordPrefix {
-        timestamp_delta,
-        offset_delta,
-    })
+    Ok((timestamp_delta, offset_delta))
 }
 
 fn cut(what: &str) -> io::Error {
