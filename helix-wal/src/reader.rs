@@ -126,8 +126,10 @@ impl LogReader {
                     });
                 }
                 // The segment says it holds the offset but no batch has it:
-                // its bytes do not match its metadata.
-                Ok(None) if from_offset < seg.next_offset() => {
+                // its bytes do not match its metadata. Unless it was
+                // cleaned: the offset fell in its trailing gap, and the
+                // next batch is in a later segment.
+                Ok(None) if from_offset < seg.next_offset() && !seg.may_have_gaps() => {
                     return Err(WalError::Corrupt {
                         file: seg.log_path().to_path_buf(),
                         position: 0,

@@ -198,6 +198,7 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     let checkpoint = checkpoint.filter(|cp| bases.binary_search(&cp.segment_base).is_ok());
     let last_base = *bases.last().unwrap_or(&0);
     let trusted_below = checkpoint.map_or(last_base, |cp| cp.segment_base);
+    let cleaned_below = meta::read_cleaner_checkpoint(dir)?;
 
     let mut expect = Expect {
         last: None,
@@ -209,6 +210,9 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         let is_last = i + 1 == bases.len();
         if base < trusted_below {
             let seg = load_sealed(dir, base, interval, &mut expect, &mut report)?;
+            if cleaned_below.is_some_and(|c| seg.next_offset() <= c) {
+                seg.allow_gaps();
+            }
             sealed.push(Arc::new(seg));
             continue;
         }

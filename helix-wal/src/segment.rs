@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::Bytes;
@@ -81,6 +81,10 @@ pub struct Segment {
     verified: Mutex<Verified>,
     body: RwLock<Body>,
     last_used: AtomicU64,
+    /// Wholly below the cleaner checkpoint: compaction may have left gaps
+    /// between its batches (ADR 0027 §5), so the lazy check accepts them
+    /// and a read in a trailing gap moves to the next segment.
+    may_have_gaps: AtomicBool,
 }
 
 /// The published state a segment starts with.
@@ -147,7 +151,17 @@ impl Segment {
                 None => Body::Sealed(None),
             }),
             last_used: AtomicU64::new(0),
+            may_have_gaps: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the segment as cleaned (wholly below the cleaner checkpoint).
+    pub fn allow_gaps(&self) {
+        self.may_have_gaps.store(true, Ordering::Release);
+    }
+
+    pub fn may_have_gaps(&self) -> bool {
+        self.may_have_gaps.load(Ordering::Acquire)
     }
 
     pub fn log_path(&self) -> &Path {
@@ -517,7 +531,8 @@ impl Segment {
                 chunk_end = chunk_end.max(len.min(position + h.total_len() as u64));
             }
             let chunk = src.load(position, chunk_end, &self.log_path)?;
-            let outcome = verify::chunk(&chunk, next_offset, upto - position);
+            let gaps = self.may_have_gaps();
+            let outcome = verify::chunk(&chunk, next_offset, upto - position, gaps);
             let mut v = lock(&self.verified);
             if v.position != position || v.generation != generation || v.damage.is_some() {
                 continue; // someone else moved it (or a truncation reset it)

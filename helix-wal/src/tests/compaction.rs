@@ -94,3 +94,74 @@ fn a_crash_at_any_step_of_a_swap_leaves_a_log_that_serves_the_same() {
         assert!(leftovers.is_empty(), "step {step}/{skip}: {leftovers:?}");
     }
 }
+
+#[test]
+fn a_cleaned_segment_with_gaps_is_served_below_the_cleaner_checkpoint_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_config()).unwrap().0;
+    for i in 1..=40u64 {
+        append_batches(&mut log, pos(1 + i / 20, i), 2, 2, 1000 + i as i64, 60);
+    }
+    let terms: Vec<_> = (1..=40).map(|i| log.term_of(i).unwrap()).collect();
+    let before = read_all(&log);
+    let entries: Vec<(RaftPosition, bytes::Bytes)> =
+        log.entries_from(1).map(|e| e.unwrap()).collect();
+    log.close().unwrap();
+    let segs = bases(dir.path());
+    let (b0, b1) = (segs[0], segs[1]);
+
+    // Keep the second batch of every entry of the first segment, and
+    // nothing of its last entry: gaps inside entries and a trailing gap.
+    let in_b0: Vec<_> = entries
+        .iter()
+        .filter(|(_, b)| Batches::new(b).next().unwrap().unwrap().0.base_offset < b1)
+        .collect();
+    let mut w = SegmentRewrite::create(dir.path(), b0, 256).unwrap();
+    let mut kept = Vec::new();
+    let mut trailing_gap = 0;
+    for (n, (p, bytes)) in in_b0.iter().enumerate() {
+        let hs: Vec<_> = Batches::new(bytes).map(|b| b.unwrap()).collect();
+        let (first, next) = (hs[0].0.base_offset, hs[1].0.next_offset());
+        if n + 1 == in_b0.len() {
+            w.push_entry(*p, first, next, &[]).unwrap();
+            trailing_gap = first;
+        } else {
+            let second = &bytes[hs[1].1.clone()];
+            w.push_entry(*p, first, next, second).unwrap();
+            kept.extend_from_slice(second);
+        }
+    }
+    commit_swap(dir.path(), &w.finish(vec![b0]).unwrap()).unwrap();
+    // Without the cleaner checkpoint the gaps read as damage: refused,
+    // never served.
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap().0;
+    let r = log.reader().read(0, 1 << 20);
+    assert!(matches!(r, Err(crate::WalError::Corrupt { .. })), "{r:?}");
+    drop(log);
+    // What the later segments served before, unchanged.
+    let at_b1 = Batches::new(&before)
+        .map(|b| b.unwrap())
+        .find(|(h, _)| h.base_offset >= b1)
+        .unwrap()
+        .1
+        .start;
+    let rest = &before[at_b1..];
+
+    crate::meta::write_cleaner_checkpoint(dir.path(), b1).unwrap();
+    let log = PartitionLog::open(dir.path(), small_config()).unwrap().0;
+    let mut expected = kept.clone();
+    expected.extend_from_slice(rest);
+    assert_eq!(read_all(&log), expected);
+    // A read in a gap gets the next batch; in the trailing gap, the next
+    // segment's first batch.
+    let r = log.reader().read(b0, 1).unwrap();
+    assert_eq!(r.first_offset, b0 + 2);
+    let r = log.reader().read(trailing_gap, 1).unwrap();
+    assert_eq!(r.first_offset, b1);
+    // Raft positions are untouched; the emptied entry streams as empty.
+    let after: Vec<_> = (1..=40).map(|i| log.term_of(i).unwrap()).collect();
+    assert_eq!(after, terms);
+    let streamed: Vec<_> = log.entries_from(1).map(|e| e.unwrap()).collect();
+    assert_eq!(streamed.len(), 40);
+    assert!(streamed[in_b0.len() - 1].1.is_empty());
+}
