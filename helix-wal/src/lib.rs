@@ -46,7 +46,7 @@ pub use retention::RetentionOutcome;
 pub use sync::{SyncGroup, SyncMethod, SyncStats, sync_filesystem};
 pub use types::{
     AppendCheck, AppendInfo, DamagedRange, EpochEnd, RaftPosition, ReadResult, Recovery,
-    TruncatedTail,
+    StoredEntry, TruncatedTail,
 };
 
 #[cfg(test)]

@@ -104,3 +104,14 @@ pub struct EpochEnd {
     /// term, or the log's next offset).
     pub end_offset: i64,
 }
+
+/// One Raft entry as the WAL stores it: its position, the offsets it was
+/// given at apply, and its batches. After compaction the batches may cover
+/// only part of `[first_offset, next_offset)`, or be empty (ADR 0027).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEntry {
+    pub pos: RaftPosition,
+    pub first_offset: i64,
+    pub next_offset: i64,
+    pub batches: bytes::Bytes,
+}

@@ -164,6 +164,14 @@ fn a_cleaned_segment_with_gaps_is_served_below_the_cleaner_checkpoint_only() {
     let streamed: Vec<_> = log.entries_from(1).map(|e| e.unwrap()).collect();
     assert_eq!(streamed.len(), 40);
     assert!(streamed[in_b0.len() - 1].1.is_empty());
+    // The stored view still tells the emptied entry's offsets.
+    let mut stream = log.entries_from(in_b0.len() as u64);
+    let emptied = stream.next_stored().unwrap().unwrap();
+    assert_eq!(
+        (emptied.first_offset, emptied.next_offset),
+        (trailing_gap, b1)
+    );
+    assert!(emptied.batches.is_empty());
 
     // A base offset that rots but stays in order is no gap: the entry's
     // header checksum catches it, and nothing from there on is served.
