@@ -22,9 +22,9 @@
 //! delete either side.
 //!
 //! This module knows files only. `recover_swap` runs first in every
-//! recovery; `commit_swap` is called by nothing yet outside tests: the
-//! swap of the readers' segment list comes with the cleaner (ADR 0027,
-//! step 2).
+//! recovery; `commit_swap` is called with the log closed (helix-server's
+//! offline `compact::pass`): the swap of the readers' segment list under
+//! an open log comes with the online cleaner (ADR 0027, step 2).
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -37,16 +37,19 @@ mod verify;
 
 pub use batch::{BatchError, BatchHeader, patch_batch_header};
 pub use budget::FileBudget;
+pub use compaction::{SwapIntent, commit_swap};
 pub use config::{Durability, LogConfig, MAX_SEGMENT_BYTES};
 pub use error::{Result, WalError};
 pub use log::PartitionLog;
+pub use meta::{read_cleaner_checkpoint, write_cleaner_checkpoint};
 pub use positions::EntryStream;
 pub use reader::LogReader;
 pub use retention::RetentionOutcome;
+pub use rewrite::SegmentRewrite;
 pub use sync::{SyncGroup, SyncMethod, SyncStats, sync_filesystem};
 pub use types::{
     AppendCheck, AppendInfo, DamagedRange, EpochEnd, RaftPosition, ReadResult, Recovery,
-    StoredEntry, TruncatedTail,
+    SegmentInfo, StoredEntry, TruncatedTail,
 };
 
 #[cfg(test)]

@@ -115,3 +115,16 @@ pub struct StoredEntry {
     pub next_offset: i64,
     pub batches: bytes::Bytes,
 }
+
+/// One segment of a log, as `LogReader::segments` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub base_offset: i64,
+    /// Offset after its last entry.
+    pub next_offset: i64,
+    pub bytes: u64,
+    /// Largest batch max timestamp; `i64::MIN` when it has none.
+    pub max_timestamp: i64,
+    /// Raft index of its first entry, if it holds one.
+    pub first_index: Option<u64>,
+}

@@ -123,42 +123,80 @@ pub fn build_key_map(
     aborted: &[AbortedTxn],
     map: &mut KeyMap,
 ) -> Result<Mapped> {
-    let mut txns = CleanedTxns::new(aborted.to_vec());
-    let mut end = None;
-    for item in Batches::new(batches) {
-        let (h, range) = item.map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
-        if h.next_offset() > upper {
-            return Ok(Mapped {
-                end: end.unwrap_or(h.base_offset).min(upper),
-                full: false,
-            });
+    let mut builder = MapBuilder::new(map, upper, aborted);
+    builder.feed(batches)?;
+    Ok(builder.finish())
+}
+
+/// [`build_key_map`] fed a piece at a time (entry by entry, as the WAL
+/// streams them), keeping the transactions seen across pieces.
+pub struct MapBuilder<'a> {
+    map: &'a mut KeyMap,
+    upper: i64,
+    txns: CleanedTxns,
+    end: Option<i64>,
+    stopped: Option<Mapped>,
+}
+
+impl<'a> MapBuilder<'a> {
+    pub fn new(map: &'a mut KeyMap, upper: i64, aborted: &[AbortedTxn]) -> MapBuilder<'a> {
+        MapBuilder {
+            map,
+            upper,
+            txns: CleanedTxns::new(aborted.to_vec()),
+            end: None,
+            stopped: None,
         }
-        let batch = &batches[range];
-        let skip = if h.is_control() {
-            txns.on_control_batch(&h, batch);
-            true
-        } else {
-            txns.on_data_batch(&h)
-        };
-        if !skip {
-            let section = records_section(batch, MAX_RECORDS_SECTION)?;
-            for r in split_records(&section)? {
-                let Some(key) = r.key else { continue };
-                let offset = h.base_offset + i64::from(r.offset_delta);
-                if map.insert(key, offset).is_err() {
-                    return Ok(Mapped {
-                        end: h.base_offset,
-                        full: true,
-                    });
+    }
+
+    /// Maps the next batches; false once the range has ended (the map is
+    /// full or `upper` is reached): later pieces are not looked at.
+    pub fn feed(&mut self, batches: &[u8]) -> Result<bool> {
+        if self.stopped.is_some() {
+            return Ok(false);
+        }
+        for item in Batches::new(batches) {
+            let (h, range) = item.map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
+            if h.next_offset() > self.upper {
+                self.stopped = Some(Mapped {
+                    end: self.end.unwrap_or(h.base_offset).min(self.upper),
+                    full: false,
+                });
+                return Ok(false);
+            }
+            let batch = &batches[range];
+            let skip = if h.is_control() {
+                self.txns.on_control_batch(&h, batch);
+                true
+            } else {
+                self.txns.on_data_batch(&h)
+            };
+            if !skip {
+                let section = records_section(batch, MAX_RECORDS_SECTION)?;
+                for r in split_records(&section)? {
+                    let Some(key) = r.key else { continue };
+                    let offset = h.base_offset + i64::from(r.offset_delta);
+                    if self.map.insert(key, offset).is_err() {
+                        self.stopped = Some(Mapped {
+                            end: h.base_offset,
+                            full: true,
+                        });
+                        return Ok(false);
+                    }
                 }
             }
+            self.end = Some(h.next_offset());
         }
-        end = Some(h.next_offset());
+        Ok(true)
     }
-    Ok(Mapped {
-        end: end.unwrap_or(upper).min(upper),
-        full: false,
-    })
+
+    /// Where the mapped range ends.
+    pub fn finish(self) -> Mapped {
+        self.stopped.unwrap_or(Mapped {
+            end: self.end.unwrap_or(self.upper).min(self.upper),
+            full: false,
+        })
+    }
 }
 
 /// Cleans `batches` (whole batches, offset order, starting where the walk
@@ -169,28 +207,57 @@ pub fn clean(
     horizons: &Horizons,
     derived: &DerivedState<'_>,
 ) -> Result<(Vec<Bytes>, CleanStats)> {
-    let mut txns = CleanedTxns::new(derived.aborted.to_vec());
-    let mut out = Vec::new();
-    let mut stats = CleanStats::default();
-    for item in Batches::new(batches) {
-        let (h, range) = item.map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
-        let batch = &batches[range];
-        stats.batches_read += 1;
-        stats.bytes_read += batch.len() as u64;
-        let pass = Pass {
-            map,
-            horizons,
-            derived,
-        };
-        match pass.clean_batch(batch, &h, &mut txns, &mut stats)? {
-            Some(b) => {
-                stats.bytes_written += b.len() as u64;
-                out.push(b);
-            }
-            None => stats.batches_dropped += 1,
+    let mut cleaner = Cleaner::new(map, horizons, derived);
+    let out = cleaner.clean(batches)?;
+    Ok((out, cleaner.stats))
+}
+
+/// [`clean`] fed a piece at a time (entry by entry), keeping the
+/// transactions seen across pieces.
+pub struct Cleaner<'a> {
+    pass: Pass<'a>,
+    txns: CleanedTxns,
+    pub stats: CleanStats,
+}
+
+impl<'a> Cleaner<'a> {
+    pub fn new(
+        map: &'a KeyMap,
+        horizons: &'a Horizons,
+        derived: &'a DerivedState<'a>,
+    ) -> Cleaner<'a> {
+        Cleaner {
+            pass: Pass {
+                map,
+                horizons,
+                derived,
+            },
+            txns: CleanedTxns::new(derived.aborted.to_vec()),
+            stats: CleanStats::default(),
         }
     }
-    Ok((out, stats))
+
+    /// The cleaned form of the next batches.
+    pub fn clean(&mut self, batches: &[u8]) -> Result<Vec<Bytes>> {
+        let mut out = Vec::new();
+        for item in Batches::new(batches) {
+            let (h, range) = item.map_err(|e| HelixError::CorruptBatch(e.to_string()))?;
+            let batch = &batches[range];
+            self.stats.batches_read += 1;
+            self.stats.bytes_read += batch.len() as u64;
+            match self
+                .pass
+                .clean_batch(batch, &h, &mut self.txns, &mut self.stats)?
+            {
+                Some(b) => {
+                    self.stats.bytes_written += b.len() as u64;
+                    out.push(b);
+                }
+                None => self.stats.batches_dropped += 1,
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// The inputs of one pass, shared by its batches.
@@ -331,4 +398,4 @@ fn put_varlong(out: &mut Vec<u8>, v: i64) {
 
 #[cfg(test)]
 #[path = "clean_tests.rs"]
-mod tests;
+pub(crate) mod tests;

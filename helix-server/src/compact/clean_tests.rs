@@ -12,10 +12,10 @@ const NOW: i64 = 1_000_000;
 const RETENTION: i64 = 86_400_000;
 
 /// (key, value); None is a null key / a tombstone.
-type Kv<'a> = (Option<&'a str>, Option<&'a str>);
+pub(crate) type Kv<'a> = (Option<&'a str>, Option<&'a str>);
 
 /// A v2 batch of `kvs` at offsets `base..`, timestamps `1000 + offset`.
-fn batch_of(base: i64, kvs: &[Kv<'_>], producer_id: i64) -> Vec<u8> {
+pub(crate) fn batch_of(base: i64, kvs: &[Kv<'_>], producer_id: i64) -> Vec<u8> {
     let records: Vec<Record> = kvs
         .iter()
         .enumerate()
@@ -57,7 +57,7 @@ fn concat(batches: &[Vec<u8>]) -> Vec<u8> {
 }
 
 /// Every record of `batches` as (offset, key, value), any codec.
-fn contents(batches: &[Bytes]) -> Vec<(i64, Option<String>, Option<String>)> {
+pub(crate) fn contents(batches: &[Bytes]) -> Vec<(i64, Option<String>, Option<String>)> {
     let mut out = Vec::new();
     for b in batches {
         verify_crc(b).expect("crc");
