@@ -119,3 +119,82 @@ fn a_pass_keeps_the_latest_value_per_key_at_its_offset_and_frees_disk() {
     .unwrap();
     assert!(again.is_none(), "{again:?}");
 }
+
+/// Appends one single-record batch per (key, value) at the log's end.
+fn write(log: &mut PartitionLog, index: &mut u64, kvs: &[(&str, Option<&str>)]) {
+    for (k, v) in kvs {
+        *index += 1;
+        let b = batch_of(log.next_offset(), &[(Some(k), *v)], -1);
+        log.append(
+            RaftPosition {
+                term: 1,
+                index: *index,
+            },
+            &b,
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn a_tombstone_outlives_the_pass_that_kept_it_and_goes_after_its_horizon() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), config()).unwrap();
+    let mut index = 0;
+    let filler: Vec<String> = (0..120).map(|i| format!("f{i}")).collect();
+    write(
+        &mut log,
+        &mut index,
+        &[("gone", Some("g0")), ("gone", None)],
+    );
+    for f in &filler {
+        write(&mut log, &mut index, &[(f, Some("x"))]);
+    }
+    let next = log.next_offset();
+    log.close().unwrap();
+    let run = |now_ms: i64| {
+        let s = PassSettings {
+            now_ms,
+            ..settings()
+        };
+        clean_closed_log(
+            dir.path(),
+            &config(),
+            i64::MAX,
+            &s,
+            &DerivedState::default(),
+        )
+        .unwrap()
+    };
+    let tombstone_at = |dir: &std::path::Path| {
+        let (log, _) = PartitionLog::open(dir, config()).unwrap();
+        contents(&read_all(&log))
+            .into_iter()
+            .find(|r| r.1.as_deref() == Some("gone"))
+    };
+    assert!(run(1_000_000).is_some());
+    // The value went, the tombstone stays at its offset (horizon set).
+    assert_eq!(
+        tombstone_at(dir.path()),
+        Some((1, Some("gone".into()), None))
+    );
+
+    // More writes make the log dirty again; a pass before the horizon
+    // keeps the tombstone, one after it removes it.
+    let (mut log, _) = PartitionLog::open(dir.path(), config()).unwrap();
+    for f in &filler {
+        write(&mut log, &mut index, &[(f, Some("y"))]);
+    }
+    assert!(log.next_offset() > next);
+    log.close().unwrap();
+    let horizon = 1_000_000 + settings().delete_retention_ms;
+    assert!(run(horizon - 1).is_some());
+    assert!(tombstone_at(dir.path()).is_some());
+    let (mut log, _) = PartitionLog::open(dir.path(), config()).unwrap();
+    for f in &filler {
+        write(&mut log, &mut index, &[(f, Some("z"))]);
+    }
+    log.close().unwrap();
+    assert!(run(horizon).is_some());
+    assert_eq!(tombstone_at(dir.path()), None);
+}
