@@ -7,6 +7,7 @@ mod broker;
 mod budget;
 mod clock;
 mod cluster;
+mod compact;
 mod config;
 mod controller;
 mod endpoint;

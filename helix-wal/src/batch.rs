@@ -35,6 +35,9 @@ const ATTR_COMPRESSION_MASK: i16 = 0x07;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 const ATTR_LOG_APPEND_TIME: i16 = 0x08;
+/// KIP-534: `firstTimestamp` holds the batch's delete horizon (set by a
+/// compacting cleaner), after which its tombstones and markers may go.
+const ATTR_DELETE_HORIZON: i16 = 0x40;
 
 /// Why a byte range is not a well-formed v2 batch.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -190,6 +193,13 @@ impl BatchHeader {
         self.attributes & ATTR_LOG_APPEND_TIME != 0
     }
 
+    /// The delete horizon a cleaner set on this batch (KIP-534): when the
+    /// attribute bit is set, `firstTimestamp` holds it.
+    #[must_use]
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & ATTR_DELETE_HORIZON != 0).then_some(self.first_timestamp)
+    }
+
     /// Sequence number of the batch's last record (wrapping as Kafka does);
     /// a negative base sequence (no idempotence) is returned as is.
     pub fn last_sequence(&self) -> i32 {
@@ -270,6 +280,32 @@ pub fn with_records(batch: &[u8], codec: i16, records: &[u8]) -> Result<Vec<u8>,
     out[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
     let attributes = (h.attributes & !ATTR_COMPRESSION_MASK) | (codec & ATTR_COMPRESSION_MASK);
     out[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = compute_crc(&out);
+    out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(out)
+}
+
+/// An uncompressed batch with the header of `batch` (a whole batch) and
+/// `records` (`record_count` whole, uncompressed records) as its records
+/// section: what a compacting cleaner writes. Base offset, lastOffsetDelta,
+/// maxTimestamp and the producer fields stay; the length, the record count,
+/// the codec bits (none) and the CRC are set. With `delete_horizon_ms`, the
+/// KIP-534 bit is set and `firstTimestamp` holds the horizon (the caller
+/// rebased the records' timestamp deltas on it).
+pub fn with_cleaned_records(
+    batch: &[u8],
+    records: &[u8],
+    record_count: i32,
+    delete_horizon_ms: Option<i64>,
+) -> Result<Vec<u8>, BatchError> {
+    let mut out = with_records(batch, 0, records)?;
+    out[RECORD_COUNT..RECORD_COUNT + 4].copy_from_slice(&record_count.to_be_bytes());
+    if let Some(horizon) = delete_horizon_ms {
+        let h = BatchHeader::parse(&out)?;
+        let attributes = h.attributes | ATTR_DELETE_HORIZON;
+        out[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+        out[FIRST_TIMESTAMP..FIRST_TIMESTAMP + 8].copy_from_slice(&horizon.to_be_bytes());
+    }
     let crc = compute_crc(&out);
     out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(out)
@@ -418,6 +454,27 @@ mod tests {
             BatchHeader::parse_checked(&neg),
             Err(BatchError::BadLastOffsetDelta { delta: -1 })
         );
+    }
+
+    #[test]
+    fn a_cleaned_batch_keeps_its_offsets_and_gets_a_valid_crc() {
+        let b = build_test_batch(40, 5, 1000, 1040, b"five records");
+        let out = with_cleaned_records(&b, b"two", 2, None).unwrap();
+        let h = BatchHeader::parse_checked(&out).unwrap();
+        assert_eq!(
+            (h.base_offset, h.last_offset(), h.record_count),
+            (40, 44, 2)
+        );
+        assert_eq!((h.first_timestamp, h.max_timestamp), (1000, 1040));
+        assert_eq!(h.delete_horizon_ms(), None);
+        assert_eq!(&out[HEADER_LEN..], b"two");
+        verify_crc(&out).unwrap();
+
+        let out = with_cleaned_records(&b, b"one", 1, Some(99_000)).unwrap();
+        let h = BatchHeader::parse_checked(&out).unwrap();
+        assert_eq!(h.delete_horizon_ms(), Some(99_000));
+        assert_eq!(h.first_timestamp, 99_000);
+        verify_crc(&out).unwrap();
     }
 
     #[test]

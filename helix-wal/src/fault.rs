@@ -21,6 +21,9 @@ pub enum Point {
     /// Step `n` of `truncate_after` (a simulated crash: the log must be
     /// dropped without closing and reopened).
     Truncate(u8),
+    /// Step `n` of a compaction swap (`compaction::commit_swap`): a
+    /// simulated crash, the directory is then recovered as at open.
+    CompactSwap(u8),
 }
 
 #[cfg(test)]

@@ -91,10 +91,30 @@ impl SparseIndex {
         from_offsets: usize,
         from_times: usize,
     ) -> Result<()> {
-        let mut buf = Vec::with_capacity(
-            (self.offsets.len() - from_offsets.min(self.offsets.len())) * OFFSET_RECORD,
-        );
-        for e in self.offsets.iter().skip(from_offsets) {
+        write_at(
+            &offset_path(dir, base),
+            &self.encode_offsets(from_offsets),
+            from_offsets * OFFSET_RECORD,
+        )?;
+        write_at(
+            &time_path(dir, base),
+            &self.encode_times(from_times),
+            from_times * TIME_RECORD,
+        )
+    }
+
+    /// Writes both indexes whole to the given files (a segment written
+    /// beside the live ones, ADR 0027).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn write_to(&self, offsets: &Path, times: &Path) -> Result<()> {
+        write_at(offsets, &self.encode_offsets(0), 0)?;
+        write_at(times, &self.encode_times(0), 0)
+    }
+
+    fn encode_offsets(&self, from: usize) -> Vec<u8> {
+        let mut buf =
+            Vec::with_capacity((self.offsets.len() - from.min(self.offsets.len())) * OFFSET_RECORD);
+        for e in self.offsets.iter().skip(from) {
             let mut r = [0u8; OFFSET_RECORD];
             r[0..4].copy_from_slice(&e.relative_offset.to_le_bytes());
             r[4..8].copy_from_slice(&e.position.to_le_bytes());
@@ -102,10 +122,13 @@ impl SparseIndex {
             r[8..12].copy_from_slice(&crc.to_le_bytes());
             buf.extend_from_slice(&r);
         }
-        write_at(&offset_path(dir, base), &buf, from_offsets * OFFSET_RECORD)?;
+        buf
+    }
+
+    fn encode_times(&self, from: usize) -> Vec<u8> {
         let mut buf =
-            Vec::with_capacity((self.times.len() - from_times.min(self.times.len())) * TIME_RECORD);
-        for e in self.times.iter().skip(from_times) {
+            Vec::with_capacity((self.times.len() - from.min(self.times.len())) * TIME_RECORD);
+        for e in self.times.iter().skip(from) {
             let mut r = [0u8; TIME_RECORD];
             r[0..8].copy_from_slice(&e.timestamp.to_le_bytes());
             r[8..12].copy_from_slice(&e.relative_offset.to_le_bytes());
@@ -113,7 +136,7 @@ impl SparseIndex {
             r[12..16].copy_from_slice(&crc.to_le_bytes());
             buf.extend_from_slice(&r);
         }
-        write_at(&time_path(dir, base), &buf, from_times * TIME_RECORD)
+        buf
     }
 
     /// Loads the first `offsets`/`times` records (all when `None`). Returns

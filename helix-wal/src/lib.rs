@@ -14,6 +14,7 @@
 mod active;
 pub mod batch;
 mod budget;
+mod compaction;
 mod config;
 mod entry_index;
 mod error;
@@ -25,6 +26,7 @@ mod positions;
 mod reader;
 mod recovery;
 mod retention;
+mod rewrite;
 mod segment;
 mod shared;
 mod source;
@@ -35,16 +37,19 @@ mod verify;
 
 pub use batch::{BatchError, BatchHeader, patch_batch_header};
 pub use budget::FileBudget;
+pub use compaction::{SwapIntent, commit_swap};
 pub use config::{Durability, LogConfig, MAX_SEGMENT_BYTES};
 pub use error::{Result, WalError};
 pub use log::PartitionLog;
+pub use meta::{read_cleaner_checkpoint, write_cleaner_checkpoint};
 pub use positions::EntryStream;
 pub use reader::LogReader;
 pub use retention::RetentionOutcome;
+pub use rewrite::SegmentRewrite;
 pub use sync::{SyncGroup, SyncMethod, SyncStats, sync_filesystem};
 pub use types::{
     AppendCheck, AppendInfo, DamagedRange, EpochEnd, RaftPosition, ReadResult, Recovery,
-    TruncatedTail,
+    SegmentInfo, StoredEntry, TruncatedTail,
 };
 
 #[cfg(test)]

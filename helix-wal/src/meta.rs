@@ -15,12 +15,14 @@ use crate::error::{Result, WalError};
 pub const CHECKPOINT: &str = "recovery-checkpoint";
 pub const LOG_START: &str = "log-start-offset";
 pub const TRUNCATE_INTENT: &str = "truncate-intent";
+pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
 
 const CHECKPOINT_MAGIC: &[u8; 4] = b"HXCP";
 const LOG_START_MAGIC: &[u8; 4] = b"HXLS";
 const INTENT_MAGIC: &[u8; 4] = b"HXTI";
+const CLEANER_MAGIC: &[u8; 4] = b"HXCC";
 
-fn encode(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
+pub(crate) fn encode(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
     let mut b = Vec::with_capacity(8 + fields.len() * 8);
     b.extend_from_slice(magic);
     for f in fields {
@@ -31,7 +33,7 @@ fn encode(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
     b
 }
 
-fn decode(magic: &[u8; 4], raw: &[u8], n: usize) -> Option<Vec<u64>> {
+pub(crate) fn decode(magic: &[u8; 4], raw: &[u8], n: usize) -> Option<Vec<u64>> {
     let len = 4 + n * 8 + 4;
     if raw.len() < len || &raw[0..4] != magic {
         return None;
@@ -48,7 +50,7 @@ fn decode(magic: &[u8; 4], raw: &[u8], n: usize) -> Option<Vec<u64>> {
     )
 }
 
-fn read(path: &Path) -> Result<Option<Vec<u8>>> {
+pub(crate) fn read(path: &Path) -> Result<Option<Vec<u8>>> {
     match fs::read(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -167,6 +169,25 @@ pub fn read_log_start(dir: &Path) -> Result<Option<i64>> {
 
 pub fn write_log_start(dir: &Path, offset: i64) -> Result<()> {
     write_durably(dir, LOG_START, &encode(LOG_START_MAGIC, &[offset as u64]))
+}
+
+/// The cleaner checkpoint (ADR 0027 §5): the first offset not cleaned
+/// yet. Sealed segments wholly below it may hold offset gaps. Absent or
+/// unreadable: no segment was cleaned, and a cleaned one is then refused
+/// as damaged by the strict checks, never served wrong.
+pub fn read_cleaner_checkpoint(dir: &Path) -> Result<Option<i64>> {
+    Ok(read(&dir.join(CLEANER_CHECKPOINT))?
+        .and_then(|raw| decode(CLEANER_MAGIC, &raw, 1))
+        .map(|f| f[0] as i64))
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn write_cleaner_checkpoint(dir: &Path, offset: i64) -> Result<()> {
+    write_durably(
+        dir,
+        CLEANER_CHECKPOINT,
+        &encode(CLEANER_MAGIC, &[offset as u64]),
+    )
 }
 
 /// A truncation that must be completed: keep segment `segment_base` up to

@@ -16,7 +16,7 @@ use crate::entry_index::{self, EntryRecord};
 use crate::error::{Result, WalError};
 use crate::segment::Segment;
 use crate::shared::Shared;
-use crate::types::{EpochEnd, RaftPosition};
+use crate::types::{EpochEnd, RaftPosition, StoredEntry};
 
 /// An open entry index of one segment, read with `pread`.
 struct EntryFile {
@@ -204,7 +204,27 @@ impl EntryStream {
         }
     }
 
-    fn step(&mut self) -> Result<Option<(RaftPosition, Bytes)>> {
+    /// The next entry with its offset range: what a compacting cleaner and
+    /// a catch-up from a cleaned segment need, since an entry's batches
+    /// may no longer cover its range (or be none at all; ADR 0027).
+    pub fn next_stored(&mut self) -> Option<Result<StoredEntry>> {
+        if self.done {
+            return None;
+        }
+        match self.step() {
+            Ok(Some(x)) => Some(Ok(x)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+
+    fn step(&mut self) -> Result<Option<StoredEntry>> {
         let index = self.next_index;
         let in_current = self
             .current
@@ -235,7 +255,12 @@ impl EntryStream {
         let r = f.slot(index - f.first_index)?;
         let bytes = seg.read_range(u64::from(r.position), r.end(), &self.shared.budget)?;
         self.next_index += 1;
-        Ok(Some((r.pos, bytes)))
+        Ok(Some(StoredEntry {
+            pos: r.pos,
+            first_offset: r.first_offset,
+            next_offset: r.next_offset,
+            batches: bytes,
+        }))
     }
 }
 
@@ -243,19 +268,6 @@ impl Iterator for EntryStream {
     type Item = Result<(RaftPosition, Bytes)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        match self.step() {
-            Ok(Some(x)) => Some(Ok(x)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
+        self.next_stored().map(|r| r.map(|e| (e.pos, e.batches)))
     }
 }

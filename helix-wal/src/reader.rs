@@ -16,7 +16,7 @@ use crate::error::{Result, WalError};
 use crate::positions;
 use crate::segment::{Chunk, Segment};
 use crate::shared::Shared;
-use crate::types::{EpochEnd, RaftPosition, ReadResult};
+use crate::types::{EpochEnd, RaftPosition, ReadResult, SegmentInfo};
 
 /// One segment's read from an offset, about `max_bytes`
 /// ([`Segment::read`] or [`Segment::reverify`]).
@@ -126,8 +126,10 @@ impl LogReader {
                     });
                 }
                 // The segment says it holds the offset but no batch has it:
-                // its bytes do not match its metadata.
-                Ok(None) if from_offset < seg.next_offset() => {
+                // its bytes do not match its metadata. Unless it was
+                // cleaned: the offset fell in its trailing gap, and the
+                // next batch is in a later segment.
+                Ok(None) if from_offset < seg.next_offset() && !seg.may_have_gaps() => {
                     return Err(WalError::Corrupt {
                         file: seg.log_path().to_path_buf(),
                         position: 0,
@@ -155,6 +157,22 @@ impl LogReader {
         } else {
             e
         }
+    }
+
+    /// Every segment, oldest first (the last one is the active segment):
+    /// what a compacting cleaner plans from (ADR 0027).
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.shared
+            .snapshot()
+            .iter()
+            .map(|s| SegmentInfo {
+                base_offset: s.base_offset,
+                next_offset: s.next_offset(),
+                bytes: s.len(),
+                max_timestamp: s.max_timestamp(),
+                first_index: s.entries().map(|e| e.0),
+            })
+            .collect()
     }
 
     /// ListOffsets by timestamp: base offset of the first batch (at or after

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::active::ActiveSegment;
 use crate::batch;
+use crate::compaction::SwapRecovery;
 use crate::config::LogConfig;
 use crate::entry_index::{self, EntryRecord, RECORD_LEN};
 use crate::error::{Result, WalError};
@@ -145,6 +146,14 @@ pub fn finish_truncation(dir: &Path, bases: &mut Vec<i64>, intent: TruncateInten
 
 pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     fs::create_dir_all(dir).map_err(|e| WalError::io("create directory", dir, e))?;
+    // First: `list` removes files of a base without a `.log`, which is what
+    // the old segments of a half-done compaction swap look like.
+    match crate::compaction::recover_swap(dir)? {
+        SwapRecovery::None => {}
+        done => {
+            tracing::warn!(dir = %dir.display(), outcome = ?done, "recovery settled an interrupted compaction swap")
+        }
+    }
     let mut bases = list(dir)?;
     let mut report = Recovery {
         next_offset: 0,
@@ -189,6 +198,7 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
     let checkpoint = checkpoint.filter(|cp| bases.binary_search(&cp.segment_base).is_ok());
     let last_base = *bases.last().unwrap_or(&0);
     let trusted_below = checkpoint.map_or(last_base, |cp| cp.segment_base);
+    let cleaned_below = meta::read_cleaner_checkpoint(dir)?;
 
     let mut expect = Expect {
         last: None,
@@ -200,6 +210,9 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         let is_last = i + 1 == bases.len();
         if base < trusted_below {
             let seg = load_sealed(dir, base, interval, &mut expect, &mut report)?;
+            if cleaned_below.is_some_and(|c| seg.next_offset() <= c) {
+                seg.allow_gaps();
+            }
             sealed.push(Arc::new(seg));
             continue;
         }

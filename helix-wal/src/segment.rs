@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::Bytes;
@@ -81,6 +81,10 @@ pub struct Segment {
     verified: Mutex<Verified>,
     body: RwLock<Body>,
     last_used: AtomicU64,
+    /// Wholly below the cleaner checkpoint: compaction may have left gaps
+    /// between its batches (ADR 0027 §5), so the lazy check accepts them
+    /// and a read in a trailing gap moves to the next segment.
+    may_have_gaps: AtomicBool,
 }
 
 /// The published state a segment starts with.
@@ -147,7 +151,17 @@ impl Segment {
                 None => Body::Sealed(None),
             }),
             last_used: AtomicU64::new(0),
+            may_have_gaps: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the segment as cleaned (wholly below the cleaner checkpoint).
+    pub fn allow_gaps(&self) {
+        self.may_have_gaps.store(true, Ordering::Release);
+    }
+
+    pub fn may_have_gaps(&self) -> bool {
+        self.may_have_gaps.load(Ordering::Acquire)
     }
 
     pub fn log_path(&self) -> &Path {
@@ -492,6 +506,9 @@ impl Segment {
     /// Verifies bytes up to at least `upto` (a batch end). Returns how far the
     /// good prefix reaches (≥ `upto` unless damage was found before it).
     fn ensure_verified(&self, src: &Source, upto: u64) -> Result<u64> {
+        if self.may_have_gaps() {
+            return self.ensure_cleaned_verified(src, upto);
+        }
         loop {
             if self.verified_to.load(Ordering::Acquire) >= upto {
                 return Ok(upto);
@@ -517,7 +534,8 @@ impl Segment {
                 chunk_end = chunk_end.max(len.min(position + h.total_len() as u64));
             }
             let chunk = src.load(position, chunk_end, &self.log_path)?;
-            let outcome = verify::chunk(&chunk, next_offset, upto - position);
+            let gaps = self.may_have_gaps();
+            let outcome = verify::chunk(&chunk, next_offset, upto - position, gaps);
             let mut v = lock(&self.verified);
             if v.position != position || v.generation != generation || v.damage.is_some() {
                 continue; // someone else moved it (or a truncation reset it)
@@ -539,6 +557,90 @@ impl Segment {
                 }
             }
         }
+    }
+
+    /// [`Segment::ensure_verified`] for a cleaned segment (ADR 0027 §5):
+    /// the whole segment at once (it is sealed), entry by entry, so that
+    /// what contiguity checked elsewhere is checked here by each entry's
+    /// header checksum (which covers base offsets): every batch whole, CRC
+    /// good, inside its entry's offset range and after the previous one.
+    fn ensure_cleaned_verified(&self, src: &Source, upto: u64) -> Result<u64> {
+        if self.verified_to.load(Ordering::Acquire) >= upto {
+            return Ok(upto);
+        }
+        let generation = {
+            let v = lock(&self.verified);
+            if let Some(d) = &v.damage {
+                return Ok(d.position.min(upto));
+            }
+            v.generation
+        };
+        let len = self.len();
+        let bad = self.check_cleaned_entries(src, len)?;
+        let mut v = lock(&self.verified);
+        if v.generation == generation && v.damage.is_none() {
+            match bad {
+                None => {
+                    v.position = len;
+                    v.next_offset = self.next_offset();
+                }
+                Some((position, reason)) => {
+                    tracing::error!(file = %self.log_path.display(), position, %reason,
+                        "stored batch failed verification; refusing to serve from here");
+                    v.position = position;
+                    v.damage = Some(Damage { position, reason });
+                }
+            }
+            self.verified_to.store(v.position, Ordering::Release);
+        }
+        Ok(v.damage.as_ref().map_or(upto, |d| d.position.min(upto)))
+    }
+
+    /// The first fault of a cleaned segment's entries: `(position, reason)`.
+    fn check_cleaned_entries(&self, src: &Source, len: u64) -> Result<Option<(u64, String)>> {
+        let Some((_, count)) = self.entries() else {
+            return Ok((len > 0).then(|| (0, "a cleaned segment without entries".to_string())));
+        };
+        let path = crate::entry_index::path_for(&self.dir, self.base_offset);
+        let file = File::open(&path).map_err(|e| WalError::io("open entry index", &path, e))?;
+        let mut next = self.base_offset;
+        let mut end = 0u64;
+        for slot in 0..count {
+            let r = crate::entry_index::read_required(&file, &path, slot)?;
+            let at = u64::from(r.position);
+            if at != end || r.end() > len || r.first_offset < next {
+                return Ok(Some((at, format!("entry {} out of place", r.pos.index))));
+            }
+            end = r.end();
+            next = r.next_offset;
+            if r.length == 0 {
+                continue;
+            }
+            let bytes = src.load(at, r.end(), &self.log_path)?;
+            match verify::chunk(&bytes, r.first_offset, u64::MAX, true) {
+                verify::Outcome::Good {
+                    bytes: n,
+                    next_offset,
+                } if n == bytes.len() as u64 && next_offset <= r.next_offset => {}
+                verify::Outcome::Bad { at: b, reason } => return Ok(Some((at + b, reason))),
+                verify::Outcome::Good { .. } => {
+                    return Ok(Some((
+                        at,
+                        format!("entry {} batches overrun it", r.pos.index),
+                    )));
+                }
+            }
+            let starts = batch::Batches::new(&bytes)
+                .flatten()
+                .map(|(_, range)| range.start);
+            if crate::entry_index::header_sum(&bytes, starts) != r.header_sum {
+                return Ok(Some((
+                    at,
+                    format!("entry {} header checksum mismatch", r.pos.index),
+                )));
+            }
+        }
+        Ok((end != len).then(|| (end, "bytes after the last entry".to_string())))
     }
 
     fn corrupt(&self, position: u64, reason: &str) -> WalError {

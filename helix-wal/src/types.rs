@@ -104,3 +104,27 @@ pub struct EpochEnd {
     /// term, or the log's next offset).
     pub end_offset: i64,
 }
+
+/// One Raft entry as the WAL stores it: its position, the offsets it was
+/// given at apply, and its batches. After compaction the batches may cover
+/// only part of `[first_offset, next_offset)`, or be empty (ADR 0027).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEntry {
+    pub pos: RaftPosition,
+    pub first_offset: i64,
+    pub next_offset: i64,
+    pub batches: bytes::Bytes,
+}
+
+/// One segment of a log, as `LogReader::segments` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub base_offset: i64,
+    /// Offset after its last entry.
+    pub next_offset: i64,
+    pub bytes: u64,
+    /// Largest batch max timestamp; `i64::MIN` when it has none.
+    pub max_timestamp: i64,
+    /// Raft index of its first entry, if it holds one.
+    pub first_index: Option<u64>,
+}

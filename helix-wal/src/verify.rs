@@ -1,4 +1,5 @@
-//! Verification of stored batches: whole, CRC-32C good, offsets contiguous.
+//! Verification of stored batches: whole, CRC-32C good, offsets contiguous
+//! (or, in a cleaned segment, increasing with gaps: ADR 0027 §5).
 //! Used for bytes recovery trusted without re-reading (checked lazily on first
 //! read, see `segment.rs`).
 
@@ -17,8 +18,9 @@ pub enum Outcome {
 /// boundary whose base offset must be `next_offset`) until at least `want`
 /// bytes are covered or the chunk ends. A batch cut by the end of the chunk
 /// (in its header or its body) is left for the next call, unless it is the
-/// first (then it is bad: the chunk was sized to hold it).
-pub fn chunk(chunk: &[u8], mut next_offset: i64, want: u64) -> Outcome {
+/// first (then it is bad: the chunk was sized to hold it). With `gaps`, a
+/// batch may start after `next_offset` (never before it).
+pub fn chunk(chunk: &[u8], mut next_offset: i64, want: u64, gaps: bool) -> Outcome {
     let mut at = 0u64;
     for b in Batches::new(chunk) {
         let (h, range) = match b {
@@ -32,12 +34,18 @@ pub fn chunk(chunk: &[u8], mut next_offset: i64, want: u64) -> Outcome {
                 };
             }
         };
-        if h.base_offset != next_offset {
+        let in_order = if gaps {
+            h.base_offset >= next_offset
+        } else {
+            h.base_offset == next_offset
+        };
+        if !in_order {
             return Outcome::Bad {
                 at,
                 reason: format!(
-                    "batch base offset {} where {next_offset} was expected",
-                    h.base_offset
+                    "batch base offset {} where {}{next_offset} was expected",
+                    h.base_offset,
+                    if gaps { "at least " } else { "" }
                 ),
             };
         }
@@ -81,7 +89,7 @@ mod tests {
         buf.extend(build_test_batch(7, 1, 0, 0, b"bb"));
         for cut in [first as usize + 1, first as usize + 8, first as usize + 39] {
             assert_eq!(
-                chunk(&buf[..cut], 5, u64::MAX),
+                chunk(&buf[..cut], 5, u64::MAX, false),
                 Outcome::Good {
                     bytes: first,
                     next_offset: 7
@@ -91,8 +99,31 @@ mod tests {
         }
         // A chunk that holds no whole batch is still bad.
         assert!(matches!(
-            chunk(&buf[..8], 5, u64::MAX),
+            chunk(&buf[..8], 5, u64::MAX, false),
             Outcome::Bad { at: 0, .. }
+        ));
+    }
+
+    #[test]
+    fn a_cleaned_segment_may_skip_offsets_but_never_go_back() {
+        let mut buf = build_test_batch(5, 2, 0, 0, b"aaaa");
+        buf.extend(build_test_batch(10, 1, 0, 0, b"bb"));
+        assert!(matches!(
+            chunk(&buf, 5, u64::MAX, false),
+            Outcome::Bad { .. }
+        ));
+        assert_eq!(
+            chunk(&buf, 5, u64::MAX, true),
+            Outcome::Good {
+                bytes: buf.len() as u64,
+                next_offset: 11
+            }
+        );
+        let mut back = build_test_batch(5, 2, 0, 0, b"aaaa");
+        back.extend(build_test_batch(6, 1, 0, 0, b"bb"));
+        assert!(matches!(
+            chunk(&back, 5, u64::MAX, true),
+            Outcome::Bad { .. }
         ));
     }
 
@@ -102,14 +133,14 @@ mod tests {
         let first = buf.len() as u64;
         buf.extend(build_test_batch(7, 1, 0, 0, b"bb"));
         assert_eq!(
-            chunk(&buf, 5, u64::MAX),
+            chunk(&buf, 5, u64::MAX, false),
             Outcome::Good {
                 bytes: buf.len() as u64,
                 next_offset: 8
             }
         );
         assert_eq!(
-            chunk(&buf, 5, 1),
+            chunk(&buf, 5, 1, false),
             Outcome::Good {
                 bytes: first,
                 next_offset: 7
@@ -117,9 +148,9 @@ mod tests {
         );
         let last = buf.len() - 1;
         buf[last] ^= 1;
-        assert!(matches!(chunk(&buf, 5, u64::MAX), Outcome::Bad { at, .. } if at == first));
+        assert!(matches!(chunk(&buf, 5, u64::MAX, false), Outcome::Bad { at, .. } if at == first));
         assert!(matches!(
-            chunk(&buf, 6, u64::MAX),
+            chunk(&buf, 6, u64::MAX, false),
             Outcome::Bad { at: 0, .. }
         ));
     }

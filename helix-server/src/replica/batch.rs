@@ -137,6 +137,29 @@ fn validate_batches(
 
 /// message.timestamp.type=LogAppendTime: a copy of `batch` carrying the
 /// broker's time `now_ms` (only such topics pay the copy and the CRC).
+/// Refuses a batch holding a record without a key, for a topic whose
+/// `cleanup.policy` includes `compact` (Kafka's `LogValidator`:
+/// INVALID_RECORD, "Compacted topic cannot accept message without key").
+/// Walks the records as a stream, nothing kept. Control batches carry
+/// keys of their own and are not checked (clients may not send them).
+// Called by the produce path once compacted topics are accepted (ADR 0027).
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn require_keys(batch: &[u8]) -> Result<()> {
+    let mut keyless = None;
+    super::records::walk(batch, |r| {
+        if !r.has_key {
+            keyless = Some(r.offset_delta);
+        }
+        keyless.is_none()
+    })?;
+    match keyless {
+        Some(delta) => Err(HelixError::InvalidRecord(format!(
+            "Compacted topic cannot accept message without key (record {delta} of the batch)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub fn stamp_log_append_time(batch: &[u8], now_ms: i64) -> Result<Bytes> {
     let mut b = batch.to_vec();
     helix_wal::batch::set_log_append_time(&mut b, now_ms)
@@ -344,5 +367,46 @@ pub(crate) mod tests {
         let v = validate(&Bytes::from(raw), 1 << 20, None).expect("still valid");
         assert_eq!(hdr(&v[0]).base_offset, 12345);
         assert_eq!(hdr(&v[0]).partition_leader_epoch, 9);
+    }
+
+    #[test]
+    fn a_compacted_topic_refuses_a_record_without_a_key() {
+        use kafka_protocol::records::{
+            Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+        };
+        let record = |i: i64, key: Option<&'static [u8]>| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            sequence: i as i32 - 1,
+            timestamp: 1000,
+            key: key.map(Bytes::from_static),
+            value: Some(Bytes::from_static(b"v")),
+            headers: Default::default(),
+        };
+        let encode = |records: &[Record], compression| {
+            let mut buf = bytes::BytesMut::new();
+            let options = RecordEncodeOptions {
+                version: 2,
+                compression,
+            };
+            RecordBatchEncoder::encode(&mut buf, records.iter(), &options).expect("encode");
+            buf.freeze()
+        };
+        for compression in [Compression::None, Compression::Gzip] {
+            let keyed = encode(&[record(0, Some(b"a")), record(1, Some(b""))], compression);
+            require_keys(&keyed).expect("every record has a key (an empty one counts)");
+            let mixed = encode(&[record(0, Some(b"a")), record(1, None)], compression);
+            assert!(matches!(
+                require_keys(&mixed),
+                Err(HelixError::InvalidRecord(m)) if m.contains("without key")
+            ));
+        }
+        assert!(require_keys(&make_batch(&[b"x"], -1, -1, 0)).is_err());
     }
 }

@@ -81,35 +81,35 @@ fn zigzag1(n: u8) -> u8 {
 
 /// The marker stored in the control batch `batch` (a whole batch whose
 /// header says control), or None if its record is not an end-transaction
-/// marker this broker reads.
+/// marker this broker reads. The record is parsed field by field, not at
+/// fixed positions: a compacting cleaner that sets a delete horizon
+/// rebases the record's timestamp delta, which then takes more bytes
+/// (ADR 0027 §6).
 pub fn read_marker(batch: &[u8]) -> Option<Marker> {
     let h = helix_wal::BatchHeader::parse(batch).ok()?;
     if !h.is_control() || h.compression() != 0 || h.record_count != 1 {
         return None;
     }
-    let mut r = batch.get(HEADER_LEN..h.total_len())?;
-    // length, attributes, timestamp delta, offset delta, key length.
-    if r.len() < 5 || r[3] != 0 || r[4] != zigzag1(4) {
+    let section = batch.get(HEADER_LEN..h.total_len())?;
+    let records = super::records::split_records(section).ok()?;
+    let [record] = records.as_slice() else {
+        return None;
+    };
+    let (mut key, mut value) = (record.key?, record.value?);
+    if key.len() < 4 || value.len() < 6 || key.get_i16() != 0 {
         return None;
     }
-    r.advance(5);
-    if r.len() < 4 + 1 + 6 || r.get_i16() != 0 {
-        return None;
-    }
-    let commit = match r.get_i16() {
+    let commit = match key.get_i16() {
         COMMIT => true,
         ABORT => false,
         _ => return None,
     };
-    if r.get_u8() < zigzag1(6) {
-        return None;
-    }
-    let _value_version = r.get_i16();
+    let _value_version = value.get_i16();
     Some(Marker {
         producer_id: h.producer_id,
         producer_epoch: h.producer_epoch,
         commit,
-        coordinator_epoch: r.get_i32(),
+        coordinator_epoch: value.get_i32(),
         timestamp: h.max_timestamp,
     })
 }

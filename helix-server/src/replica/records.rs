@@ -25,6 +25,8 @@ const MAX_RECORD_LEN: i64 = i32::MAX as i64;
 pub struct RecordPrefix {
     pub timestamp_delta: i64,
     pub offset_delta: i32,
+    /// The key is not null (a compacted topic refuses records without).
+    pub has_key: bool,
 }
 
 /// Calls `visit` for each record of the batch at the start of `batch` (a
@@ -44,7 +46,15 @@ pub fn walk(batch: &[u8], mut visit: impl FnMut(RecordPrefix) -> bool) -> Result
             return Err(HelixError::CorruptBatch(format!("record length {len}")));
         }
         let mut limited = (&mut reader).take(len as u64);
-        let prefix = read_prefix(&mut limited).map_err(corrupt)?;
+        let (timestamp_delta, offset_delta) = read_prefix(&mut limited).map_err(corrupt)?;
+        let key_len = read_varlong(&mut limited)
+            .and_then(|l| l.ok_or_else(|| cut("key length")))
+            .map_err(corrupt)?;
+        let prefix = RecordPrefix {
+            timestamp_delta,
+            offset_delta,
+            has_key: key_len >= 0,
+        };
         io::copy(&mut limited, &mut io::sink()).map_err(corrupt)?;
         if limited.limit() != 0 {
             return Err(HelixError::CorruptBatch("record cut short".into()));
@@ -79,17 +89,102 @@ pub fn records_reader(batch: &[u8]) -> Result<Box<dyn Read + '_>> {
     })
 }
 
+/// The records section of the whole batch at the start of `batch`,
+/// decompressed into memory, refused (CorruptBatch) past `limit` bytes.
+/// For the compacting cleaner, which keeps or drops each record.
+pub fn records_section(batch: &[u8], limit: usize) -> Result<Vec<u8>> {
+    let reader = records_reader(batch)?;
+    let mut out = Vec::new();
+    let read = reader
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| HelixError::CorruptBatch(format!("records: {e}")))?;
+    if read > limit {
+        return Err(HelixError::CorruptBatch(format!(
+            "records section larger than {limit} bytes"
+        )));
+    }
+    Ok(out)
+}
+
+/// One record of an uncompressed records section, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    /// The record after its length prefix: attributes, timestamp delta,
+    /// offset delta, key, value, headers.
+    pub body: &'a [u8],
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    /// Where the offset delta starts in `body` (just after the timestamp
+    /// delta): what follows is copied as is when a cleaner rebases the
+    /// timestamp.
+    pub after_timestamp: usize,
+    /// None for a null key.
+    pub key: Option<&'a [u8]>,
+    /// None for a null value: a tombstone.
+    pub value: Option<&'a [u8]>,
+}
+
+/// The records of an uncompressed records section, in order.
+pub fn split_records(section: &[u8]) -> Result<Vec<RecordView<'_>>> {
+    let corrupt = |e: io::Error| HelixError::CorruptBatch(format!("records: {e}"));
+    let mut out = Vec::new();
+    let mut rest = section;
+    while let Some(len) = read_varlong(&mut rest).map_err(corrupt)? {
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|l| (1..=rest.len()).contains(l))
+            .ok_or_else(|| HelixError::CorruptBatch(format!("record length {len}")))?;
+        let (body, next) = rest.split_at(len);
+        rest = next;
+        out.push(view(body).map_err(corrupt)?);
+    }
+    Ok(out)
+}
+
+fn view(body: &[u8]) -> io::Result<RecordView<'_>> {
+    let mut r = body;
+    let (timestamp_delta, offset_delta) = read_prefix(&mut r)?;
+    // read_prefix consumed attributes, timestamp delta and offset delta;
+    // find where the offset delta started by re-reading the first two.
+    let mut t = &body[1..];
+    read_varlong(&mut t)?;
+    let after_timestamp = body.len() - t.len();
+    let key = read_bytes(&mut r)?;
+    let value = read_bytes(&mut r)?;
+    Ok(RecordView {
+        body,
+        timestamp_delta,
+        offset_delta,
+        after_timestamp,
+        key,
+        value,
+    })
+}
+
+/// A varint length (-1 = null) and that many bytes.
+fn read_bytes<'a>(r: &mut &'a [u8]) -> io::Result<Option<&'a [u8]>> {
+    let len = read_varlong(r)?.ok_or_else(|| cut("length"))?;
+    if len < 0 {
+        return Ok(None);
+    }
+    let len = usize::try_from(len).map_err(|_| cut("length range"))?;
+    if len > r.len() {
+        return Err(cut("bytes"));
+    }
+    let (bytes, rest) = r.split_at(len);
+    *r = rest;
+    Ok(Some(bytes))
+}
+
 /// attributes (1 byte), timestampDelta (varlong), offsetDelta (varint).
-fn read_prefix(r: &mut impl Read) -> io::Result<RecordPrefix> {
+fn read_prefix(r: &mut impl Read) -> io::Result<(i64, i32)> {
     let mut attributes = [0u8; 1];
     r.read_exact(&mut attributes)?;
     let timestamp_delta = read_varlong(r)?.ok_or_else(|| cut("timestamp delta"))?;
     let offset_delta = read_varlong(r)?.ok_or_else(|| cut("offset delta"))?;
     let offset_delta = i32::try_from(offset_delta).map_err(|_| cut("offset delta range"))?;
-    Ok(RecordPrefix {
-        timestamp_delta,
-        offset_delta,
-    })
+    Ok((timestamp_delta, offset_delta))
 }
 
 fn cut(what: &str) -> io::Error {

@@ -2,6 +2,7 @@
 //! fault injection and crash simulation that black-box tests cannot reach.
 
 mod basic;
+mod compaction;
 mod errors;
 mod model;
 mod support;
