@@ -53,8 +53,11 @@ class Reads:
 
 @pytest.fixture
 def cluster3(tmp_path):
-    c = HelixCluster(tmp_path, 3, args=FAST).start()
+    c = HelixCluster(tmp_path, 3, args=FAST)
     try:
+        # Inside the try: a node that started before another failed to is
+        # stopped too.
+        c.start()
         yield c
     finally:
         c.stop()
@@ -301,8 +304,9 @@ def test_a_transaction_left_open_is_aborted_after_its_timeout(tmp_path, topic):
     another producer's later commit; its records are never read as
     committed, and its own commit afterwards fails."""
     c = HelixCluster(tmp_path, 3, args=FAST + [
-        "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "500"]).start()
+        "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "500"])
     try:
+        c.start()
         setup(c, topic)
         silent = Producer({**clients.RDKAFKA, "bootstrap.servers": c.bootstrap,
                            "transactional.id": f"silent-{topic}", "transaction.timeout.ms": 3000})

@@ -80,8 +80,9 @@ def where(request, tmp_path):
         return
     if harness.external_bootstrap() or os.environ.get("HELIX_TEST_KAFKA_LIBS"):
         pytest.skip("the 3-node variant starts its own Helix nodes")
-    c = HelixCluster(tmp_path, 3).start()
+    c = HelixCluster(tmp_path, 3)
     try:
+        c.start()
         yield c
     finally:
         c.stop()
