@@ -41,7 +41,7 @@ LAYERS = [
     ("node services", ["admin", "broker", "topics", "group", "txn", "controller", "rejoin", "scrubber"]),
     ("cluster view", ["cluster"]),
     ("replica host", ["host", "transport"]),
-    ("partition replica", ["replica", "batcher"]),
+    ("partition replica", ["replica", "batcher", "compact"]),
     ("shared leaves", ["clock", "budget", "config", "error", "ids", "metrics", "heap", "offset"]),
 ]
 RANK = {m: i for i, (_, ms) in enumerate(LAYERS) for m in ms}

@@ -130,7 +130,7 @@ pub enum PartitionCommand {
     /// The producers the replica knows (DescribeProducers), read in order
     /// with the partition's other work.
     DescribeProducers {
-        reply: oneshot::Sender<Vec<crate::replica::producers::ActiveProducer>>,
+        reply: oneshot::Sender<Vec<crate::replica::active_producer::ActiveProducer>>,
     },
     /// Apply retention as of `now_ms`.
     Retention {

@@ -24,7 +24,8 @@ use crate::host::{HostSettings, ReplicaHost};
 use crate::replica::raft::RaftSettings;
 use crate::topics::{LogShared, ReplicaFactory, TopicTable};
 use crate::transport::{Transport, TransportConfig};
-use crate::txn::peer::{CALL_TXN, TxnCalls};
+use crate::txn::peer::CALL_TXN;
+use crate::txn::peer_calls::TxnCalls;
 
 /// How often retention is applied to every partition.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(30);

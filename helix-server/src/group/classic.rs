@@ -140,7 +140,7 @@ pub struct ClassicGroup {
     /// Committed offsets: acknowledged or replayed records only.
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     /// Offsets of open transactions, until their marker (`txn_offsets`).
-    pub pending_txn: super::txn_offsets::PendingOffsets,
+    pub pending_txn: PendingOffsets,
 }
 
 impl ClassicGroup {
@@ -393,3 +393,18 @@ impl ClassicGroup {
         self.state_since_ms = stored.timestamp_ms.min(now_ms);
     }
 }
+
+/// One pending offset of a producer's open transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingOffset {
+    pub committed: CommittedOffset,
+    /// Where its record is in the partition's log (orders it against other
+    /// producers' pending offsets).
+    pub at: i64,
+    /// A commit appended after it reached the partition first: the marker
+    /// will not make it the committed offset (Kafka's `olderThan`).
+    pub superseded: bool,
+}
+
+/// Pending offsets of one group: producer id → partition → offset.
+pub type PendingOffsets = BTreeMap<i64, BTreeMap<(String, i32), PendingOffset>>;

@@ -22,7 +22,7 @@ use super::classic::ClassicGroup;
 use super::error::GroupError;
 use super::record::{OffsetRecord, Record, encode_entry};
 use super::response::{Effects, OnAcknowledged, Proposal, Ready};
-use super::txn_offsets::LoggedEntry;
+use super::types::LoggedEntry;
 use super::types::{
     ClientInfo, CoordinatorPartition, ProposalId, ReplyTo, RequestToken, TxnProducer,
     coordinator_partition_for,

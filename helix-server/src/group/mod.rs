@@ -41,7 +41,6 @@ use {
     error::GroupError,
     record::{GroupRecord, Record, encode_entry},
     response::{GroupResponse, Proposal},
-    txn_offsets::LoggedEntry,
-    types::{ClientInfo, CoordinatorPartition, RequestToken},
+    types::{ClientInfo, CoordinatorPartition, LoggedEntry, RequestToken},
     versions::SUPPORTED_VERSIONS,
 };

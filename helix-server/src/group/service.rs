@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::coordinator::Coordinator;
 use super::error::GroupError;
 use super::response::{Proposal, Reply};
-use super::txn_offsets::LoggedEntry;
+use super::types::LoggedEntry;
 use super::types::{ClientInfo, CoordinatorPartition, ProposalId, RequestToken};
 use super::wire::{GroupCall, NodeAddress, find_coordinator};
 use crate::budget::Backpressure;

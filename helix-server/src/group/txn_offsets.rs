@@ -19,8 +19,6 @@
 //! transaction committing supersedes other producers' pending offsets
 //! appended before its own.
 
-use std::collections::BTreeMap;
-
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
@@ -32,34 +30,9 @@ use super::error::{GroupError, NONE};
 use super::offsets::{INVALID_TOPIC, MAX_TOPIC_NAME_BYTES};
 use super::record::{OffsetRecord, Record, decode_entry};
 use super::response::{Effects, GroupResponse, OnAcknowledged};
-use super::types::{CoordinatorPartition, ReplyTo, TxnProducer};
+use super::types::{CoordinatorPartition, LoggedEntry, ReplyTo, TxnProducer};
 
-/// One pending offset of a producer's open transaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingOffset {
-    pub committed: CommittedOffset,
-    /// Where its record is in the partition's log (orders it against other
-    /// producers' pending offsets).
-    pub at: i64,
-    /// A commit appended after it reached the partition first: the marker
-    /// will not make it the committed offset (Kafka's `olderThan`).
-    pub superseded: bool,
-}
-
-/// Pending offsets of one group: producer id → partition → offset.
-pub type PendingOffsets = BTreeMap<i64, BTreeMap<(String, i32), PendingOffset>>;
-
-/// An entry of a coordinator partition's log as the host reads it back.
-#[derive(Debug, Clone, Copy)]
-pub enum LoggedEntry<'a> {
-    /// An entry of records; `producer` is set for a transactional batch.
-    Records {
-        entry: &'a [u8],
-        producer: Option<i64>,
-    },
-    /// A transaction marker of `producer_id`.
-    Marker { producer_id: i64, commit: bool },
-}
+use super::classic::PendingOffset;
 
 impl ClassicGroup {
     /// A plain commit of `key` was applied: every pending offset of it

@@ -80,3 +80,15 @@ mod tests {
         );
     }
 }
+
+/// An entry of a coordinator partition's log as the host reads it back.
+#[derive(Debug, Clone, Copy)]
+pub enum LoggedEntry<'a> {
+    /// An entry of records; `producer` is set for a transactional batch.
+    Records {
+        entry: &'a [u8],
+        producer: Option<i64>,
+    },
+    /// A transaction marker of `producer_id`.
+    Marker { producer_id: i64, commit: bool },
+}

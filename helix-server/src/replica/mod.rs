@@ -9,6 +9,7 @@
 //! reads go straight to the WAL reader, bounded by the high watermark (the
 //! acknowledged offset) that the shard publishes, with the leadership.
 
+pub mod active_producer;
 mod answers;
 pub mod apply;
 pub mod batch;

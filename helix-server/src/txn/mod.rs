@@ -29,6 +29,7 @@ mod markers;
 mod metadata;
 mod ongoing;
 pub mod peer;
+pub mod peer_calls;
 mod record;
 mod request;
 mod response;

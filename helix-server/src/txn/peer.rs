@@ -7,12 +7,10 @@
 //!   transaction before it appends a transactional batch (KIP-890 part 1,
 //!   Kafka's verify-only AddPartitionsToTxn).
 //!
-//! [`TxnCalls`] serves them; it is registered with the peer handler before
-//! the transaction service opens, and refuses calls until it has (the
-//! caller retries, as for any unreachable node). A served call only ever
-//! acts locally, so a call is never forwarded twice.
+//! This file holds the calls and the caller's side; `txn::peer_calls`
+//! serves them.
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,9 +18,8 @@ use helix_raft::NodeId;
 use serde::{Deserialize, Serialize};
 
 use super::error::TxnError;
-use super::service::TxnService;
 use super::types::TopicPartition;
-use crate::cluster::peers::{BoxFuture, CallService, PeerLink};
+use crate::cluster::peers::PeerLink;
 use crate::error::HelixError;
 use crate::replica::markers::Marker;
 
@@ -34,7 +31,7 @@ pub const CALL_TXN: u8 = 3;
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Serialize, Deserialize)]
-enum TxnCall {
+pub(super) enum TxnCall {
     /// Write `marker` into the local leader of `topic`-`partition`.
     Marker {
         topic: String,
@@ -57,7 +54,7 @@ enum TxnCall {
 
 /// What became of a marker on the partition's node.
 #[derive(Debug, Serialize, Deserialize)]
-enum MarkerReply {
+pub(super) enum MarkerReply {
     Written,
     /// A newer epoch of the producer ended its transaction already.
     StaleProducer,
@@ -70,8 +67,8 @@ enum MarkerReply {
 
 /// A verification's answer.
 #[derive(Debug, Serialize, Deserialize)]
-struct VerifyReply {
-    result: Result<(), TxnError>,
+pub(super) struct VerifyReply {
+    pub(super) result: Result<(), TxnError>,
 }
 
 /// Writes `marker` into `tp` on node `to` (its leader, as the caller last
@@ -143,83 +140,4 @@ async fn call_peer<R: for<'de> Deserialize<'de>>(
     serde_json::from_slice(&answer).map_err(|e| {
         HelixError::CorruptState(format!("transaction call reply from node {to}: {e}"))
     })
-}
-
-/// Serves peers' transaction calls once the transaction service is open.
-#[derive(Default)]
-pub struct TxnCalls {
-    service: OnceLock<Weak<TxnService>>,
-}
-
-impl std::fmt::Debug for TxnCalls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TxnCalls")
-            .field("open", &self.service.get().is_some())
-            .finish()
-    }
-}
-
-impl TxnCalls {
-    /// Calls are served from here on.
-    pub fn set(&self, service: &Arc<TxnService>) {
-        let _ = self.service.set(Arc::downgrade(service));
-    }
-}
-
-impl CallService for TxnCalls {
-    fn serve(&self, from: NodeId, body: Bytes) -> BoxFuture<Result<Bytes, String>> {
-        let service = self.service.get().and_then(Weak::upgrade);
-        Box::pin(async move {
-            let call: TxnCall =
-                serde_json::from_slice(&body).map_err(|e| format!("bad transaction call: {e}"))?;
-            let service =
-                service.ok_or_else(|| "the transaction service is not open".to_owned())?;
-            let reply = match call {
-                TxnCall::Marker {
-                    topic,
-                    partition,
-                    producer_id,
-                    producer_epoch,
-                    commit,
-                    coordinator_epoch,
-                    timestamp,
-                } => {
-                    let marker = Marker {
-                        producer_id,
-                        producer_epoch,
-                        commit,
-                        coordinator_epoch,
-                        timestamp,
-                    };
-                    let tp = TopicPartition::new(&topic, partition);
-                    let reply = match service.write_local_marker(&tp, marker).await {
-                        Ok(()) => MarkerReply::Written,
-                        Err(HelixError::InvalidProducerEpoch) => MarkerReply::StaleProducer,
-                        Err(HelixError::TransactionCoordinatorFenced) => {
-                            MarkerReply::CoordinatorFenced
-                        }
-                        Err(e) => MarkerReply::Retry(e.to_string()),
-                    };
-                    tracing::debug!(from = from.0, %topic, partition, ?reply, "marker from a peer");
-                    serde_json::to_vec(&reply)
-                }
-                TxnCall::Verify {
-                    transactional_id,
-                    producer_id,
-                    epoch,
-                    topic,
-                    partition,
-                } => {
-                    let tp = TopicPartition::new(&topic, partition);
-                    let result = service
-                        .verify_local(&transactional_id, producer_id, epoch, tp)
-                        .await;
-                    serde_json::to_vec(&VerifyReply { result })
-                }
-            };
-            reply
-                .map(Bytes::from)
-                .map_err(|e| format!("cannot encode the reply: {e}"))
-        })
-    }
 }

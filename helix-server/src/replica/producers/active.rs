@@ -4,25 +4,11 @@
 //! `UnifiedLog.activeProducers`. A read of the table, changing nothing.
 
 use super::ProducerTable;
+pub use crate::replica::active_producer::ActiveProducer;
 
 /// Kafka's "no sequence" (`RecordBatch.NO_SEQUENCE`): a producer known
 /// only from a marker has none.
 const NO_SEQUENCE: i32 = -1;
-
-/// One producer of the partition, as of the last entry the replica applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ActiveProducer {
-    pub producer_id: i64,
-    pub epoch: i16,
-    /// The last sequence of its last batch.
-    pub last_sequence: i32,
-    /// Max timestamp of its last batch or marker (ms).
-    pub last_timestamp: i64,
-    /// The coordinator epoch of its last marker (-1: none yet).
-    pub coordinator_epoch: i32,
-    /// The first offset of its open transaction (None: none open).
-    pub txn_start_offset: Option<i64>,
-}
 
 impl ProducerTable {
     /// Every producer not expired, by producer id: at most
