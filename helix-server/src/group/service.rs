@@ -202,18 +202,7 @@ impl GroupService {
         });
         for (partition, rx) in queues {
             let index = CoordinatorPartition(partition.index as u32);
-            // A partition this node already leads alone (a single node) is
-            // loaded before the broker serves, as it always was.
-            if partition.leadership().serving
-                && partition.high_watermark() >= partition.log_end_offset()
-            {
-                service.load(index, &partition)?;
-            }
-            tokio::spawn(internal::follow_leadership(
-                Arc::downgrade(&service),
-                index,
-                partition.clone(),
-            ));
+            internal::serve(&service, index, partition.clone())?;
             tokio::spawn(internal_queue::propose_in_order(
                 Arc::downgrade(&service),
                 index,

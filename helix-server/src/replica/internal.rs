@@ -5,7 +5,7 @@
 //! durable through the ordinary produce path (batcher, Raft, acks=all), and
 //! read back in log order up to the high watermark. A service that serves
 //! such partitions while it leads them follows their leadership with
-//! [`follow_leadership`] and proposes through `internal_queue`.
+//! [`serve`] and proposes through `internal_queue`.
 //!
 //! The group coordinator also appends entries on behalf of a transactional
 //! producer (TxnOffsetCommit: a transactional batch with the producer's id
@@ -224,20 +224,45 @@ pub trait LeaderLoaded: Send + Sync + 'static {
     fn unload(&self, id: Self::Id);
 }
 
+/// Serves one internal partition of `service` from now on: loads it at
+/// once if this node already leads it and serves (a single node, so the
+/// broker answers for it from its first request), then follows its
+/// leadership in a task of its own.
+pub fn serve<S: LeaderLoaded>(
+    service: &Arc<S>,
+    id: S::Id,
+    partition: Arc<Partition>,
+) -> Result<()> {
+    let l = partition.leadership();
+    let loaded_term = if l.serving && partition.high_watermark() >= partition.log_end_offset() {
+        service.load(id, &partition)?;
+        Some(l.term)
+    } else {
+        None
+    };
+    tokio::spawn(follow_leadership(
+        Arc::downgrade(service),
+        id,
+        partition,
+        loaded_term,
+    ));
+    Ok(())
+}
+
 /// Follows one internal partition's leadership: loads it when this node
 /// leads and its log is acknowledged up to where it was at election (the
-/// new term's no-op), unloads it when leadership goes. Ends with the
-/// service or the partition.
-pub async fn follow_leadership<S: LeaderLoaded>(
+/// new term's no-op), unloads it when leadership goes. `loaded_term` is
+/// the term the caller loaded it at, if it did: only what was really
+/// loaded counts (the partition may have become serving since the caller
+/// looked, and then it still has to be loaded here). Ends with the service
+/// or the partition.
+async fn follow_leadership<S: LeaderLoaded>(
     service: Weak<S>,
     id: S::Id,
     partition: Arc<Partition>,
+    mut loaded_term: Option<helix_raft::Term>,
 ) {
     let mut leadership = partition.watch_leadership();
-    let mut loaded_term = {
-        let l = partition.leadership();
-        (l.serving && partition.high_watermark() >= partition.log_end_offset()).then_some(l.term)
-    };
     loop {
         let l = *leadership.borrow_and_update();
         let leads = l.role == Role::Leader;
@@ -347,5 +372,50 @@ mod tests {
                 .expect("header")
                 .is_transactional()
         );
+    }
+
+    /// A service that counts its loads and says when one happened.
+    struct Loads(tokio::sync::mpsc::UnboundedSender<u32>);
+
+    impl LeaderLoaded for Loads {
+        type Id = u32;
+        fn load(&self, id: u32, _: &Partition) -> Result<()> {
+            let _ = self.0.send(id);
+            Ok(())
+        }
+        fn unload(&self, _: u32) {}
+    }
+
+    /// The race that left an internal partition unserved for good (a
+    /// transactional id or a group on it answered NOT_COORDINATOR until
+    /// the next election): the partition became serving after its service
+    /// looked at open and before its follower started. The follower then
+    /// took "serving" for "loaded" and never loaded it; it loads it now.
+    #[tokio::test]
+    async fn a_partition_serving_before_its_follower_starts_is_loaded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut r = crate::replica::txn_tests::open_replica(dir.path());
+        while r.group.has_ready() {
+            let rd = r.group.ready();
+            if let Some(last) = r.state.apply(rd.to_apply).expect("apply") {
+                r.group.durable_to(last).expect("durable");
+            }
+            if let Some(ack) = rd.acknowledged {
+                r.state.acknowledged(ack);
+            }
+        }
+        r.state.leadership(&r.group);
+        assert!(r.partition.leadership().serving, "the one voter serves");
+        let (tx, mut loads) = tokio::sync::mpsc::unbounded_channel();
+        let service = Arc::new(Loads(tx));
+        let follower = tokio::spawn(follow_leadership(
+            Arc::downgrade(&service),
+            7,
+            r.partition.clone(),
+            None,
+        ));
+        let loaded = tokio::time::timeout(Duration::from_secs(10), loads.recv()).await;
+        follower.abort();
+        assert_eq!(loaded.ok().flatten(), Some(7), "never loaded");
     }
 }

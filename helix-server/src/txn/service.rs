@@ -1,6 +1,6 @@
 //! The transaction coordinator's host inside the broker, the shape of
 //! `group::service` (both follow their partitions' leadership with
-//! `replica::internal::follow_leadership` and propose through
+//! `replica::internal::serve` and propose through
 //! `replica::internal_queue`, which deletes the log before an acknowledged
 //! snapshot). It owns the [`Coordinator`]
 //! behind a mutex (never held across an await), supplies producer ids from
@@ -210,16 +210,7 @@ impl TxnService {
         });
         for (partition, rx) in queues {
             let index = StatePartition(partition.index as u32);
-            if partition.leadership().serving
-                && partition.high_watermark() >= partition.log_end_offset()
-            {
-                service.load(index, &partition)?;
-            }
-            tokio::spawn(internal::follow_leadership(
-                Arc::downgrade(&service),
-                index,
-                partition.clone(),
-            ));
+            internal::serve(&service, index, partition.clone())?;
             tokio::spawn(internal_queue::propose_in_order(
                 Arc::downgrade(&service),
                 index,
