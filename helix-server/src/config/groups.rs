@@ -37,6 +37,11 @@ pub struct GroupConfig {
     /// writes a snapshot entry (its whole view) and the log before it is
     /// deleted, bounding log size and replay time (Kafka compacts instead).
     pub snapshot_after_records: u64,
+    /// `offsets.topic.segment.bytes`: segment size of the coordinator
+    /// partitions' logs. The log before a snapshot goes a whole sealed
+    /// segment at a time, so this bounds what a partition keeps on disk
+    /// beside its live state. Kafka: 100 MiB; Helix: 64 MiB.
+    pub segment_bytes: u64,
 }
 
 impl Default for GroupConfig {
@@ -54,6 +59,7 @@ impl Default for GroupConfig {
             max_member_metadata_bytes: 1024 * 1024,
             new_member_join_timeout_ms: 300_000,
             snapshot_after_records: 20_000,
+            segment_bytes: 64 << 20,
         }
     }
 }
@@ -61,6 +67,11 @@ impl Default for GroupConfig {
 /// Most coordinator partitions a node hosts (each is a WAL directory and a
 /// Raft group); Kafka's default is 50.
 pub const MAX_COORDINATOR_PARTITIONS: u32 = 1000;
+
+/// Smallest segment of an internal partition's log: one entry (a snapshot
+/// or a group's record) may be as large as a Raft entry, and a segment
+/// holds at least one.
+pub const MIN_INTERNAL_SEGMENT_BYTES: u64 = 1 << 20;
 
 impl GroupConfig {
     /// Refuses settings the coordinator cannot work with; the message names
@@ -88,6 +99,14 @@ impl GroupConfig {
         }
         if self.snapshot_after_records == 0 {
             return Err("group_snapshot_after_records must be at least 1".into());
+        }
+        if !(MIN_INTERNAL_SEGMENT_BYTES..=helix_wal::MAX_SEGMENT_BYTES)
+            .contains(&self.segment_bytes)
+        {
+            return Err(format!(
+                "offsets_topic_segment_bytes must be between {MIN_INTERNAL_SEGMENT_BYTES} and {}",
+                helix_wal::MAX_SEGMENT_BYTES
+            ));
         }
         Ok(())
     }

@@ -55,6 +55,8 @@ struct FileConfig {
     transaction_abort_timed_out_transaction_cleanup_interval_ms: Option<u64>,
     transaction_remove_expired_transaction_cleanup_interval_ms: Option<u64>,
     transaction_snapshot_after_records: Option<u64>,
+    transaction_state_log_segment_bytes: Option<u64>,
+    offsets_topic_segment_bytes: Option<u64>,
     default_replication_factor: Option<i16>,
     replica_lag_time_max_ms: Option<u64>,
     producer_id_expiration_ms: Option<i64>,
@@ -154,6 +156,7 @@ impl Config {
         set_group!(group_max_session_timeout_ms, max_session_timeout_ms);
         set_group!(group_max_size, max_group_size);
         set_group!(group_snapshot_after_records, snapshot_after_records);
+        set_group!(offsets_topic_segment_bytes, segment_bytes);
         if let Some(minutes) = flags
             .offsets_retention_minutes
             .or(file.offsets_retention_minutes)
@@ -182,6 +185,7 @@ impl Config {
             expiry_check_interval_ms
         );
         set_txn!(transaction_snapshot_after_records, snapshot_after_records);
+        set_txn!(transaction_state_log_segment_bytes, segment_bytes);
         c.log_level = flags.log_level.or(file.log_level);
         if let Some(us) = flags.batch_linger_us.or(file.batch_linger_us) {
             c.batch_linger = Duration::from_micros(us);

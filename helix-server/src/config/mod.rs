@@ -216,6 +216,10 @@ pub struct Flags {
     /// log before it.
     #[arg(long)]
     pub transaction_snapshot_after_records: Option<u64>,
+    /// Transactions: segment size of the `__transaction_state` logs
+    /// (`transaction.state.log.segment.bytes`).
+    #[arg(long)]
+    pub transaction_state_log_segment_bytes: Option<u64>,
     /// Groups: delay of a new group's first rebalance
     /// (`group.initial.rebalance.delay.ms`).
     #[arg(long)]
@@ -233,6 +237,10 @@ pub struct Flags {
     /// snapshots its view and drops the log before it.
     #[arg(long)]
     pub group_snapshot_after_records: Option<u64>,
+    /// Groups: segment size of the coordinator partitions' logs
+    /// (`offsets.topic.segment.bytes`).
+    #[arg(long)]
+    pub offsets_topic_segment_bytes: Option<u64>,
     /// Replication factor of topics created without one (default: the
     /// smaller of 3 and the number of nodes).
     #[arg(long)]

@@ -104,6 +104,8 @@ fn group_settings_come_from_flags_and_toml() {
             "60000",
             "--group-snapshot-after-records",
             "100",
+            "--offsets-topic-segment-bytes",
+            "2097152",
         ],
     )
     .expect("valid");
@@ -114,6 +116,7 @@ fn group_settings_come_from_flags_and_toml() {
     assert_eq!(c.groups.min_session_timeout_ms, 1000);
     assert_eq!(c.groups.max_session_timeout_ms, 60_000);
     assert_eq!(c.groups.snapshot_after_records, 100);
+    assert_eq!(c.groups.segment_bytes, 2 << 20);
     assert_eq!(Config::default().groups, GroupConfig::default());
 }
 
@@ -131,6 +134,8 @@ fn inconsistent_group_settings_are_refused() {
         ],
         &["--offsets-retention-minutes", "0"],
         &["--group-snapshot-after-records", "0"],
+        &["--offsets-topic-segment-bytes", "1000"],
+        &["--transaction-state-log-segment-bytes", "1000"],
     ] {
         assert!(Config::load(flags(args)).is_err(), "{args:?}");
     }
@@ -144,6 +149,13 @@ fn zero_partitions_is_refused() {
 #[test]
 fn transaction_state_partitions_come_from_flags_and_toml_and_are_bounded() {
     assert_eq!(Config::default().transactions.state_partitions, 50);
+    let c = load_with_file(
+        "transaction_state_log_segment_bytes = 1048576
+",
+        &[],
+    )
+    .expect("valid");
+    assert_eq!(c.transactions.segment_bytes, 1 << 20);
     let c = load_with_file("transaction_state_partitions = 7\n", &[]).expect("valid");
     assert_eq!(c.transactions.state_partitions, 7);
     let c = load_with_file(

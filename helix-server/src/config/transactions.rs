@@ -25,6 +25,10 @@ pub struct TxnConfig {
     /// the replay on failover then grow with the live transactional ids,
     /// not with the history of their transactions.
     pub snapshot_after_records: u64,
+    /// `transaction.state.log.segment.bytes`: segment size of the
+    /// `__transaction_state` logs (as `GroupConfig::segment_bytes`).
+    /// Kafka: 100 MiB; Helix: 64 MiB.
+    pub segment_bytes: u64,
 }
 
 impl Default for TxnConfig {
@@ -36,6 +40,7 @@ impl Default for TxnConfig {
             abort_check_interval_ms: 10_000,
             expiry_check_interval_ms: 3_600_000,
             snapshot_after_records: 20_000,
+            segment_bytes: 64 << 20,
         }
     }
 }
@@ -61,6 +66,14 @@ impl TxnConfig {
         }
         if self.snapshot_after_records == 0 {
             return Err("transaction_snapshot_after_records must be at least 1".into());
+        }
+        let segments = super::groups::MIN_INTERNAL_SEGMENT_BYTES..=helix_wal::MAX_SEGMENT_BYTES;
+        if !segments.contains(&self.segment_bytes) {
+            return Err(format!(
+                "transaction_state_log_segment_bytes must be between {} and {}",
+                segments.start(),
+                segments.end()
+            ));
         }
         if self.transactional_id_expiration_ms == 0 {
             return Err("transactional_id_expiration_ms must be positive".into());

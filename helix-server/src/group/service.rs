@@ -52,8 +52,6 @@ pub const GROUPS_TOPIC: &str = "__consumer_offsets";
 /// How often deadlines are checked. Session timeouts are seconds long; a
 /// member expires at most this much late.
 const TICK_INTERVAL: Duration = Duration::from_millis(100);
-/// Segment size of a coordinator partition's WAL: group records are small.
-const COORDINATOR_SEGMENT_BYTES: u64 = 64 << 20;
 /// Raft group ids of coordinator partitions ("HELIXG" in the high bytes;
 /// topic partitions take theirs from random topic ids).
 const COORDINATOR_RAFT_GROUPS: u64 = 0x4845_4c49_5847_0000;
@@ -139,11 +137,12 @@ impl GroupService {
         let group_config = config.groups.clone();
         check_partition_count(&config.data_dir, group_config.coordinator_partitions)?;
         let count = group_config.coordinator_partitions;
+        let segment_bytes = group_config.segment_bytes;
         let coordinator = Coordinator::new(group_config);
         // No retention: these logs are the groups' state (Kafka compacts
         // them instead; Helix snapshots and deletes before the snapshot).
         let log = LogConfig {
-            segment_bytes: COORDINATOR_SEGMENT_BYTES,
+            segment_bytes,
             durability: factory.durability(),
             sync_group: Some(factory.logs.sync_group.clone()),
             file_budget: Some(factory.logs.file_budget.clone()),

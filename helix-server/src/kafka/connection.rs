@@ -6,6 +6,9 @@
 //! closed, as is one the admission table evicts to make room (the idle
 //! longest when the node is full, see [`super::admission`]).
 //!
+//! Requests other than Produce and Fetch take effect one after the other,
+//! in the order they were read, as on Kafka ([`super::request_order`]).
+//!
 //! Limits: at most [`MAX_IN_FLIGHT`] requests of a connection are being
 //! processed at once; past that the read loop waits, and so does TCP. The
 //! read loop also waits while the node's produce backpressure is full, and
@@ -26,6 +29,7 @@ use super::admission::Ticket;
 use super::api_versions;
 use super::dispatch::{self, PendingResponse};
 use super::frame::{read_body, read_len};
+use super::request_order::RequestOrder;
 use super::segmented::{Frame, write_frame};
 use crate::broker::Broker;
 use crate::config::BackpressureMode;
@@ -104,6 +108,7 @@ pub async fn serve(
     // Whether this connection's client was told this node is a member
     // (`dispatch::check_reachable`).
     let mut told_member = false;
+    let mut order = RequestOrder::default();
     loop {
         if broker.backpressure.is_full() {
             Metrics::count(&m.counters.backpressure_pauses, 1);
@@ -144,6 +149,7 @@ pub async fn serve(
             m.requests.started(key, version);
         }
         let is_produce = api.is_some_and(|(key, _)| key == ApiKey::Produce);
+        let turn = order.next(api.map(|(key, _)| key));
         let pending: PendingResponse =
             match dispatch::start_from(&broker, frame, peer_ip, &mut told_member).await {
                 Ok(p) => p,
@@ -153,9 +159,12 @@ pub async fn serve(
                     break;
                 }
             };
-        // The budget is given back once the request is answered.
+        // The budget is given back once the request is answered; so is
+        // the connection's turn (`request_order`).
         let answered = async move {
+            let done = turn.begin().await;
             let out = pending.await;
+            drop(done);
             drop(room);
             out
         };

@@ -18,6 +18,7 @@ pub mod offset_commit;
 pub mod produce;
 pub mod producer_state;
 pub mod records;
+pub mod request_order;
 pub mod segmented;
 pub mod topics;
 

@@ -58,8 +58,6 @@ pub const TRANSACTIONS_TOPIC: &str = "__transaction_state";
 /// How often deadlines are checked (the coordinator itself looks for
 /// timed-out transactions every `abort_check_interval_ms`).
 const TICK_INTERVAL: Duration = Duration::from_millis(100);
-/// Segment size of a `__transaction_state` partition's WAL: records are small.
-const STATE_SEGMENT_BYTES: u64 = 64 << 20;
 /// Raft group ids of `__transaction_state` partitions ("HELIXT" in the high
 /// bytes; `__consumer_offsets` has "HELIXG", topic partitions take theirs
 /// from random topic ids).
@@ -142,10 +140,11 @@ impl TxnService {
         let data_dir = factory.config.data_dir.clone();
         check_partition_count(&data_dir, config.state_partitions)?;
         let count = config.state_partitions;
+        let segment_bytes = config.segment_bytes;
         let coordinator = Coordinator::new(config);
         // No retention: these logs are the transactions' state.
         let log = LogConfig {
-            segment_bytes: STATE_SEGMENT_BYTES,
+            segment_bytes,
             durability: factory.durability(),
             sync_group: Some(factory.logs.sync_group.clone()),
             file_budget: Some(factory.logs.file_budget.clone()),
