@@ -19,6 +19,8 @@ use crate::shared::{PositionCell, Shared};
 use crate::sync::{LogSync, Mark, SyncGroup};
 use crate::types::{AppendCheck, AppendInfo, EpochEnd, RaftPosition, Recovery};
 
+mod stored;
+
 /// The on-disk log of one partition. One writer (`&mut self`); any number of
 /// [`LogReader`]s.
 pub struct PartitionLog {
@@ -33,6 +35,9 @@ pub struct PartitionLog {
     closed: bool,
     /// Reused for each append's batch headers (no allocation per append).
     scratch: Vec<(BatchHeader, usize)>,
+    /// The cleaner checkpoint as last read or written here (`None`: not
+    /// known yet); see `stored.rs`.
+    cleaned_below: Option<i64>,
 }
 
 impl std::fmt::Debug for PartitionLog {
@@ -86,6 +91,7 @@ impl PartitionLog {
             since_checkpoint: 0,
             closed: false,
             scratch: Vec::new(),
+            cleaned_below: None,
         };
         // Fsync: what recovery kept is durable from here on, synced once at open.
         if log.sync.is_some() {
@@ -169,24 +175,7 @@ impl PartitionLog {
         batches: &[u8],
         check: AppendCheck,
     ) -> Result<AppendInfo> {
-        self.check_writable()?;
-        if let Some(last) = self.last_position()
-            && (pos.index != last.index + 1 || pos.term < last.term)
-        {
-            return Err(WalError::NonContiguousPosition {
-                term: pos.term,
-                index: pos.index,
-                last_term: last.term,
-                last_index: last.index,
-            });
-        }
-        let max_entry = u32::MAX as usize - self.config.segment_bytes as usize;
-        if batches.len() > max_entry {
-            return Err(WalError::EntryTooLarge {
-                bytes: batches.len(),
-                max: max_entry,
-            });
-        }
+        self.check_appendable(pos, batches.len())?;
         let first_offset = self.active.next_offset;
         let mut headers = std::mem::take(&mut self.scratch);
         let written = self.validate_and_write(pos, batches, first_offset, check, &mut headers);
@@ -196,6 +185,18 @@ impl PartitionLog {
             self.failed = true;
         }
         let (next_offset, max_ts) = written?;
+        self.publish_append(pos, next_offset, batches.len())?;
+        Ok(AppendInfo {
+            first_offset,
+            next_offset,
+            bytes: batches.len(),
+            max_timestamp: max_ts,
+        })
+    }
+
+    /// After an entry was written whole: readers, the group committer and
+    /// the recovery checkpoint learn of it.
+    fn publish_append(&mut self, pos: RaftPosition, next_offset: i64, bytes: usize) -> Result<()> {
         self.shared
             .next_offset
             .store(next_offset, Ordering::Release);
@@ -208,16 +209,11 @@ impl PartitionLog {
                 }
             }
         }
-        self.since_checkpoint += batches.len() as u64;
+        self.since_checkpoint += bytes as u64;
         if self.since_checkpoint >= self.config.checkpoint_interval_bytes {
             self.checkpoint(false)?;
         }
-        Ok(AppendInfo {
-            first_offset,
-            next_offset,
-            bytes: batches.len(),
-            max_timestamp: max_ts,
-        })
+        Ok(())
     }
 
     fn validate_and_write(
@@ -242,6 +238,30 @@ impl PartitionLog {
         Ok((next_offset, max_ts))
     }
 
+    /// What every append checks first: the log takes writes, `pos`
+    /// follows the last entry, and the entry fits a segment.
+    fn check_appendable(&self, pos: RaftPosition, bytes: usize) -> Result<()> {
+        self.check_writable()?;
+        if let Some(last) = self.last_position()
+            && (pos.index != last.index + 1 || pos.term < last.term)
+        {
+            return Err(WalError::NonContiguousPosition {
+                term: pos.term,
+                index: pos.index,
+                last_term: last.term,
+                last_index: last.index,
+            });
+        }
+        let max_entry = u32::MAX as usize - self.config.segment_bytes as usize;
+        if bytes > max_entry {
+            return Err(WalError::EntryTooLarge {
+                bytes,
+                max: max_entry,
+            });
+        }
+        Ok(())
+    }
+
     fn check_writable(&self) -> Result<()> {
         let sync_failed = self.sync.as_ref().is_some_and(|(_, ls)| ls.failed());
         if self.failed || sync_failed {
@@ -253,6 +273,19 @@ impl PartitionLog {
     }
 
     fn should_roll(&self, incoming: u64) -> bool {
+        if self.active.size == 0 {
+            return false;
+        }
+        // Entries stored with gaps (`append_stored`) end at or below the
+        // cleaner checkpoint; an entry appended after them starts a segment
+        // of its own, so every segment holding gaps lies wholly below the
+        // checkpoint, where recovery and the lazy checks accept them.
+        self.active.seg.may_have_gaps() || self.is_full_for(incoming)
+    }
+
+    /// The active segment has no room for `incoming` bytes more, or is old
+    /// enough to roll (`segment_ms`).
+    fn is_full_for(&self, incoming: u64) -> bool {
         if self.active.size == 0 {
             return false;
         }

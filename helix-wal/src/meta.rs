@@ -181,7 +181,6 @@ pub fn read_cleaner_checkpoint(dir: &Path) -> Result<Option<i64>> {
         .map(|f| f[0] as i64))
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn write_cleaner_checkpoint(dir: &Path, offset: i64) -> Result<()> {
     write_durably(
         dir,

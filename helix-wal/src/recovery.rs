@@ -217,8 +217,19 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
             continue;
         }
         let from = checkpoint.filter(|cp| cp.segment_base == base);
-        let scan = scan(dir, base, interval, from, &mut expect, &mut report)?;
+        let scan = scan(
+            dir,
+            base,
+            interval,
+            from,
+            cleaned_below,
+            &mut expect,
+            &mut report,
+        )?;
         let cut = scan.cut;
+        // Entries stored with gaps by catch-up (`append_stored`) lie below
+        // the cleaner checkpoint, in segments wholly below it.
+        let gaps = cleaned_below.is_some_and(|c| scan.resume.next_offset <= c);
         if is_last || cut {
             // Everything after a cut is tail too: drop later segments.
             let later: Vec<i64> = bases[i + 1..].to_vec();
@@ -230,12 +241,20 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
             if let Some(t) = report.truncated_tail.as_mut() {
                 t.bytes += later_bytes;
             }
-            active = Some(ActiveSegment::open(dir, base, interval, scan.resume)?);
+            let a = ActiveSegment::open(dir, base, interval, scan.resume)?;
+            if gaps {
+                a.seg.allow_gaps();
+            }
+            active = Some(a);
             break;
         }
         let a = ActiveSegment::open(dir, base, interval, scan.resume)?;
         a.entries.sync()?;
-        sealed.push(a.seal(true)?);
+        let seg = a.seal(true)?;
+        if gaps {
+            seg.allow_gaps();
+        }
+        sealed.push(seg);
     }
     let active = match active {
         Some(a) => a,
