@@ -318,6 +318,14 @@ impl PartitionState {
                 Applying::DeleteRecords(result)
             }
             PartitionEntry::Marker(marker) => Applying::Marker(self.apply_marker(pos, &marker)?),
+            PartitionEntry::Stored {
+                first_offset,
+                next_offset,
+                batches,
+            } => {
+                self.apply_stored(pos, (first_offset, next_offset), &batches)?;
+                Applying::Stored
+            }
         })
     }
 
@@ -531,6 +539,8 @@ enum Applying {
     DeleteRecords(Result<i64>),
     /// The marker's offset.
     Marker(i64),
+    /// Nobody waits for a stored entry: only catch-up sends one.
+    Stored,
 }
 
 /// The open log; an error only if a reopen failed earlier.

@@ -134,7 +134,12 @@ fn validate_stored(
     } {
         let (at, r) = item;
         let (h, range) = r.map_err(|source| WalError::InvalidBatch { at, source })?;
-        if h.base_offset < expected || h.next_offset() > next_offset {
+        // Checked: a stored entry's base offsets are not the log's own.
+        let inside = h
+            .base_offset
+            .checked_add(i64::from(h.last_offset_delta) + 1)
+            .is_some_and(|end| h.base_offset >= expected && end <= next_offset);
+        if !inside {
             return Err(WalError::NonContiguousOffset {
                 at,
                 expected,
