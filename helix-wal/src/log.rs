@@ -276,19 +276,6 @@ impl PartitionLog {
         if self.active.size == 0 {
             return false;
         }
-        // Entries stored with gaps (`append_stored`) end at or below the
-        // cleaner checkpoint; an entry appended after them starts a segment
-        // of its own, so every segment holding gaps lies wholly below the
-        // checkpoint, where recovery and the lazy checks accept them.
-        self.active.seg.may_have_gaps() || self.is_full_for(incoming)
-    }
-
-    /// The active segment has no room for `incoming` bytes more, or is old
-    /// enough to roll (`segment_ms`).
-    fn is_full_for(&self, incoming: u64) -> bool {
-        if self.active.size == 0 {
-            return false;
-        }
         if self.active.size + incoming > self.config.segment_bytes {
             return true;
         }

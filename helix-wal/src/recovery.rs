@@ -210,7 +210,7 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         let is_last = i + 1 == bases.len();
         if base < trusted_below {
             let seg = load_sealed(dir, base, interval, &mut expect, &mut report)?;
-            if cleaned_below.is_some_and(|c| seg.next_offset() <= c) {
+            if cleaned_below.is_some_and(|c| base < c) {
                 seg.allow_gaps();
             }
             sealed.push(Arc::new(seg));
@@ -227,9 +227,11 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
             &mut report,
         )?;
         let cut = scan.cut;
-        // Entries stored with gaps by catch-up (`append_stored`) lie below
-        // the cleaner checkpoint, in segments wholly below it.
-        let gaps = cleaned_below.is_some_and(|c| scan.resume.next_offset <= c);
+        // A segment starting below the cleaner checkpoint may hold gaps:
+        // a cleaned one lies wholly below it; one holding entries stored
+        // by catch-up from a compacted leader (`append_stored`) may go on
+        // past it with ordinary entries.
+        let gaps = cleaned_below.is_some_and(|c| base < c);
         if is_last || cut {
             // Everything after a cut is tail too: drop later segments.
             let later: Vec<i64> = bases[i + 1..].to_vec();

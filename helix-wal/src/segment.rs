@@ -81,9 +81,10 @@ pub struct Segment {
     verified: Mutex<Verified>,
     body: RwLock<Body>,
     last_used: AtomicU64,
-    /// Wholly below the cleaner checkpoint: compaction may have left gaps
-    /// between its batches (ADR 0027 §5), so the lazy check accepts them
-    /// and a read in a trailing gap moves to the next segment.
+    /// Starts below the cleaner checkpoint: compaction (or catch-up from a
+    /// compacted leader) may have left gaps between its batches (ADR 0027
+    /// §5), so the lazy check accepts them and a read in a trailing gap
+    /// moves to the next segment.
     may_have_gaps: AtomicBool,
 }
 
@@ -155,7 +156,8 @@ impl Segment {
         }
     }
 
-    /// Marks the segment as cleaned (wholly below the cleaner checkpoint).
+    /// Marks the segment as one that may hold gaps (it starts below the
+    /// cleaner checkpoint: cleaned, or holding entries stored by catch-up).
     pub fn allow_gaps(&self) {
         self.may_have_gaps.store(true, Ordering::Release);
     }

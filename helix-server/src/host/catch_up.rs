@@ -203,8 +203,11 @@ fn wal_entry(stored: StoredEntry) -> crate::error::Result<Entry> {
 
 /// Whether `batches` cover `[first_offset, next_offset)` as apply wrote
 /// them: back to back from `first_offset`, each holding one record per
-/// offset it spans (apply advances by the record count). Anything it
-/// cannot parse counts as covering: the older path refuses it as today.
+/// offset it spans (apply advances by the record count), none carrying a
+/// cleaner's delete horizon (a marker entry rebuilds its control batch
+/// without it: sent stored, the follower keeps the leader's bytes).
+/// Anything it cannot parse counts as covering: the older path refuses it
+/// as today.
 fn covers_range(batches: &[u8], first_offset: i64, next_offset: i64) -> bool {
     let mut expected = first_offset;
     let mut at = 0usize;
@@ -213,7 +216,10 @@ fn covers_range(batches: &[u8], first_offset: i64, next_offset: i64) -> bool {
             return true;
         };
         let spans = i64::from(h.last_offset_delta) + 1;
-        if h.base_offset != expected || i64::from(h.record_count) != spans {
+        if h.base_offset != expected
+            || i64::from(h.record_count) != spans
+            || h.delete_horizon_ms().is_some()
+        {
             return false;
         }
         expected += spans;
@@ -249,6 +255,9 @@ fn split_batches(batches: &Bytes) -> crate::error::Result<Vec<Bytes>> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod compacted_tests;
 
 #[cfg(test)]
 mod tests {

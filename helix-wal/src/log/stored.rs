@@ -2,14 +2,17 @@
 //! catch-up from a compacted leader): the batches keep their base offsets,
 //! which may leave gaps inside the entry's offset range, or be none at all.
 //!
-//! What keeps such gaps readable after a restart: a segment holding them
-//! lies wholly below the cleaner checkpoint, the one place where recovery,
-//! the lazy check and reads accept gaps (and check base offsets through
-//! each entry's header checksum instead). So before a gapped entry is
-//! written, the checkpoint is raised durably to at least its next offset
-//! (a raise, never a lowering: the range is the leader's cleaned bytes, as
-//! clean as the cleaner would leave them), and the first ordinary entry
-//! after gapped ones starts a new segment (`PartitionLog::should_roll`).
+//! What keeps such gaps readable after a restart: they lie below the
+//! cleaner checkpoint, the one place where recovery, the lazy check and
+//! reads accept gaps (and check base offsets through each entry's header
+//! checksum instead). So before a gapped entry is written, the checkpoint
+//! is raised durably to at least its next offset (a raise, never a
+//! lowering: the range is the leader's cleaned bytes, as clean as the
+//! cleaner would leave them). The segment holding it then starts below the
+//! checkpoint, which is what marks a segment as one that may hold gaps;
+//! ordinary entries after them in the same segment are checked the same
+//! way, which is harmless (they have no gaps) and as strict (the header
+//! checksum covers every base offset).
 
 use super::PartitionLog;
 use crate::batch::{self, BatchHeader, Batches};
@@ -74,7 +77,7 @@ impl PartitionLog {
         next_offset: i64,
         max_ts: Option<i64>,
     ) -> Result<Option<i64>> {
-        if self.is_full_for(batches.len() as u64) {
+        if self.should_roll(batches.len() as u64) {
             self.roll()?;
         }
         self.cover_with_cleaner_checkpoint(next_offset)?;
