@@ -98,6 +98,17 @@ pub fn encode_stored(first_offset: i64, next_offset: i64, batches: &[u8]) -> Byt
     b.freeze()
 }
 
+/// The offset range of a stored entry, read from its first bytes without
+/// decoding it (`None` for any other kind, or too short to hold one).
+pub fn stored_range(data: &[u8]) -> Option<(i64, i64)> {
+    let range = data.strip_prefix(&[KIND_STORED])?.get(..STORED_RANGE_LEN)?;
+    let (first, next) = range.split_at(8);
+    Some((
+        i64::from_be_bytes(first.try_into().ok()?),
+        i64::from_be_bytes(next.try_into().ok()?),
+    ))
+}
+
 /// Checks a stored entry's batches without copying them: each header
 /// whole, its declared length inside the entry, base offsets increasing
 /// inside the range. CRCs are the WAL's to check, on append.
@@ -247,6 +258,12 @@ mod tests {
             }
             other => panic!("wrong kind {other:?}"),
         }
+        assert_eq!(
+            stored_range(&encode_stored(10, 20, &batches)),
+            Some((10, 20))
+        );
+        assert_eq!(stored_range(&encode_delete_records(3)), None);
+        assert_eq!(stored_range(&[KIND_STORED, 0, 0]), None);
         assert!(matches!(
             decode(encode_stored(5, 9, &[])).expect("an emptied entry"),
             PartitionEntry::Stored { first_offset: 5, next_offset: 9, batches } if batches.is_empty()

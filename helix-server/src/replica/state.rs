@@ -10,6 +10,7 @@
 
 mod propose;
 mod publish;
+mod stored;
 mod txn;
 
 use std::collections::VecDeque;
@@ -219,6 +220,7 @@ impl PartitionState {
     pub fn apply(&mut self, entries: Vec<Entry>) -> Result<Option<LogIndex>> {
         let m = metrics();
         let mut last = None;
+        self.cover_stored_gaps(&entries)?;
         for e in entries {
             let pos = RaftPosition {
                 term: e.term.0,

@@ -80,7 +80,7 @@ impl PartitionLog {
         if self.should_roll(batches.len() as u64) {
             self.roll()?;
         }
-        self.cover_with_cleaner_checkpoint(next_offset)?;
+        self.cover_gaps_below(next_offset)?;
         self.active.seg.allow_gaps();
         self.active.write_entry(
             pos,
@@ -93,9 +93,14 @@ impl PartitionLog {
     }
 
     /// Raises the cleaner checkpoint durably to `offset` unless it is
-    /// there already. Re-read before writing: the cleaner writes it too,
-    /// and it must never go down.
-    fn cover_with_cleaner_checkpoint(&mut self, offset: i64) -> Result<()> {
+    /// there already, so that stored entries ending at or below it may
+    /// hold gaps. `append_stored` does it entry by entry; a caller about
+    /// to append a run of stored entries calls it once with the run's end
+    /// (one durable write instead of one per entry). Raising it past what
+    /// is then appended is harmless: segments starting below it are
+    /// checked entry by entry, which ordinary entries pass. Re-read before
+    /// writing: the cleaner writes it too, and it must never go down.
+    pub fn cover_gaps_below(&mut self, offset: i64) -> Result<()> {
         if self.cleaned_below.is_some_and(|c| c >= offset) {
             return Ok(());
         }

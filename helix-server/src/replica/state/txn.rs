@@ -100,41 +100,10 @@ impl PartitionState {
         Ok(offset)
     }
 
-    /// Applies a stored entry (catch-up from a compacted leader): the
-    /// transactions its markers end are recorded as an applied marker's.
-    pub(super) fn apply_stored(
-        &mut self,
-        pos: RaftPosition,
-        range: (i64, i64),
-        batches: &bytes::Bytes,
-    ) -> Result<()> {
-        let mut max_ts = self
-            .published
-            .max_timestamp
-            .lock()
-            .map(|m| *m)
-            .unwrap_or(None);
-        let ended = apply::apply_stored(
-            live(&mut self.log)?,
-            &mut self.producers,
-            pos,
-            range,
-            batches,
-            &mut max_ts,
-        )?;
-        if let Ok(mut m) = self.published.max_timestamp.lock() {
-            *m = max_ts;
-        }
-        for e in ended {
-            self.txn_ended(&e.marker, e.first_offset, e.offset);
-        }
-        Ok(())
-    }
-
     /// A marker at `offset` ended the transaction that began at `first`:
     /// it holds the last stable offset until acknowledged, and an abort
     /// joins the aborted index.
-    fn txn_ended(&mut self, marker: &Marker, first: i64, offset: i64) {
+    pub(super) fn txn_ended(&mut self, marker: &Marker, first: i64, offset: i64) {
         self.unreplicated.push_back((first, offset));
         if !marker.commit
             && let Ok(mut aborted) = self.published.aborted.write()
