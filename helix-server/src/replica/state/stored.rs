@@ -51,12 +51,19 @@ impl PartitionState {
     /// checkpoint never goes past what the run reaches (the cleaner reads
     /// a checkpoint past the log's end as none).
     pub(super) fn cover_stored_gaps(&mut self, entries: &[Entry]) -> Result<()> {
+        // The common case, no stored entry, costs one byte read per entry.
+        let Some(last) = entries
+            .iter()
+            .rposition(|e| entry::stored_range(&e.data).is_some())
+        else {
+            return Ok(());
+        };
         let Some(log) = self.log.as_mut() else {
             return Ok(());
         };
         let mut at = log.next_offset();
         let mut covered = None;
-        for e in entries {
+        for e in &entries[..=last] {
             if let Some((first, next)) = entry::stored_range(&e.data) {
                 if first != at || next < first {
                     break;
