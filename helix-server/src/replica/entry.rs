@@ -186,6 +186,7 @@ pub fn decode(mut b: Bytes) -> Result<PartitionEntry> {
                 batches: b,
             })
         }
+        KIND_STORED => Err(bad("stored entry without its offset range")),
         other => Err(bad(&format!("unknown kind {other}"))),
     }
 }
