@@ -19,6 +19,8 @@ use crate::shared::{PositionCell, Shared};
 use crate::sync::{LogSync, Mark, SyncGroup};
 use crate::types::{AppendCheck, AppendInfo, EpochEnd, RaftPosition, Recovery};
 
+mod stored;
+
 /// The on-disk log of one partition. One writer (`&mut self`); any number of
 /// [`LogReader`]s.
 pub struct PartitionLog {
@@ -33,6 +35,9 @@ pub struct PartitionLog {
     closed: bool,
     /// Reused for each append's batch headers (no allocation per append).
     scratch: Vec<(BatchHeader, usize)>,
+    /// The cleaner checkpoint as last read or written here (`None`: not
+    /// known yet); see `stored.rs`.
+    cleaned_below: Option<i64>,
 }
 
 impl std::fmt::Debug for PartitionLog {
@@ -86,6 +91,7 @@ impl PartitionLog {
             since_checkpoint: 0,
             closed: false,
             scratch: Vec::new(),
+            cleaned_below: None,
         };
         // Fsync: what recovery kept is durable from here on, synced once at open.
         if log.sync.is_some() {
@@ -169,24 +175,7 @@ impl PartitionLog {
         batches: &[u8],
         check: AppendCheck,
     ) -> Result<AppendInfo> {
-        self.check_writable()?;
-        if let Some(last) = self.last_position()
-            && (pos.index != last.index + 1 || pos.term < last.term)
-        {
-            return Err(WalError::NonContiguousPosition {
-                term: pos.term,
-                index: pos.index,
-                last_term: last.term,
-                last_index: last.index,
-            });
-        }
-        let max_entry = u32::MAX as usize - self.config.segment_bytes as usize;
-        if batches.len() > max_entry {
-            return Err(WalError::EntryTooLarge {
-                bytes: batches.len(),
-                max: max_entry,
-            });
-        }
+        self.check_appendable(pos, batches.len())?;
         let first_offset = self.active.next_offset;
         let mut headers = std::mem::take(&mut self.scratch);
         let written = self.validate_and_write(pos, batches, first_offset, check, &mut headers);
@@ -196,6 +185,18 @@ impl PartitionLog {
             self.failed = true;
         }
         let (next_offset, max_ts) = written?;
+        self.publish_append(pos, next_offset, batches.len())?;
+        Ok(AppendInfo {
+            first_offset,
+            next_offset,
+            bytes: batches.len(),
+            max_timestamp: max_ts,
+        })
+    }
+
+    /// After an entry was written whole: readers, the group committer and
+    /// the recovery checkpoint learn of it.
+    fn publish_append(&mut self, pos: RaftPosition, next_offset: i64, bytes: usize) -> Result<()> {
         self.shared
             .next_offset
             .store(next_offset, Ordering::Release);
@@ -208,16 +209,11 @@ impl PartitionLog {
                 }
             }
         }
-        self.since_checkpoint += batches.len() as u64;
+        self.since_checkpoint += bytes as u64;
         if self.since_checkpoint >= self.config.checkpoint_interval_bytes {
             self.checkpoint(false)?;
         }
-        Ok(AppendInfo {
-            first_offset,
-            next_offset,
-            bytes: batches.len(),
-            max_timestamp: max_ts,
-        })
+        Ok(())
     }
 
     fn validate_and_write(
@@ -240,6 +236,30 @@ impl PartitionLog {
             max_ts.unwrap_or(i64::MIN),
         )?;
         Ok((next_offset, max_ts))
+    }
+
+    /// What every append checks first: the log takes writes, `pos`
+    /// follows the last entry, and the entry fits a segment.
+    fn check_appendable(&self, pos: RaftPosition, bytes: usize) -> Result<()> {
+        self.check_writable()?;
+        if let Some(last) = self.last_position()
+            && (pos.index != last.index + 1 || pos.term < last.term)
+        {
+            return Err(WalError::NonContiguousPosition {
+                term: pos.term,
+                index: pos.index,
+                last_term: last.term,
+                last_index: last.index,
+            });
+        }
+        let max_entry = u32::MAX as usize - self.config.segment_bytes as usize;
+        if bytes > max_entry {
+            return Err(WalError::EntryTooLarge {
+                bytes,
+                max: max_entry,
+            });
+        }
+        Ok(())
     }
 
     fn check_writable(&self) -> Result<()> {

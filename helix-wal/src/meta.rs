@@ -172,7 +172,7 @@ pub fn write_log_start(dir: &Path, offset: i64) -> Result<()> {
 }
 
 /// The cleaner checkpoint (ADR 0027 §5): the first offset not cleaned
-/// yet. Sealed segments wholly below it may hold offset gaps. Absent or
+/// yet. Segments starting below it may hold offset gaps. Absent or
 /// unreadable: no segment was cleaned, and a cleaned one is then refused
 /// as damaged by the strict checks, never served wrong.
 pub fn read_cleaner_checkpoint(dir: &Path) -> Result<Option<i64>> {
@@ -181,7 +181,6 @@ pub fn read_cleaner_checkpoint(dir: &Path) -> Result<Option<i64>> {
         .map(|f| f[0] as i64))
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn write_cleaner_checkpoint(dir: &Path, offset: i64) -> Result<()> {
     write_durably(
         dir,

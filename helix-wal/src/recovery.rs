@@ -210,15 +210,28 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
         let is_last = i + 1 == bases.len();
         if base < trusted_below {
             let seg = load_sealed(dir, base, interval, &mut expect, &mut report)?;
-            if cleaned_below.is_some_and(|c| seg.next_offset() <= c) {
+            if cleaned_below.is_some_and(|c| base < c) {
                 seg.allow_gaps();
             }
             sealed.push(Arc::new(seg));
             continue;
         }
         let from = checkpoint.filter(|cp| cp.segment_base == base);
-        let scan = scan(dir, base, interval, from, &mut expect, &mut report)?;
+        let scan = scan(
+            dir,
+            base,
+            interval,
+            from,
+            cleaned_below,
+            &mut expect,
+            &mut report,
+        )?;
         let cut = scan.cut;
+        // A segment starting below the cleaner checkpoint may hold gaps:
+        // a cleaned one lies wholly below it; one holding entries stored
+        // by catch-up from a compacted leader (`append_stored`) may go on
+        // past it with ordinary entries.
+        let gaps = cleaned_below.is_some_and(|c| base < c);
         if is_last || cut {
             // Everything after a cut is tail too: drop later segments.
             let later: Vec<i64> = bases[i + 1..].to_vec();
@@ -230,12 +243,20 @@ pub fn recover(dir: &Path, config: &LogConfig) -> Result<Recovered> {
             if let Some(t) = report.truncated_tail.as_mut() {
                 t.bytes += later_bytes;
             }
-            active = Some(ActiveSegment::open(dir, base, interval, scan.resume)?);
+            let a = ActiveSegment::open(dir, base, interval, scan.resume)?;
+            if gaps {
+                a.seg.allow_gaps();
+            }
+            active = Some(a);
             break;
         }
         let a = ActiveSegment::open(dir, base, interval, scan.resume)?;
         a.entries.sync()?;
-        sealed.push(a.seal(true)?);
+        let seg = a.seal(true)?;
+        if gaps {
+            seg.allow_gaps();
+        }
+        sealed.push(seg);
     }
     let active = match active {
         Some(a) => a,

@@ -27,6 +27,8 @@ use crate::index::SparseIndex;
 use crate::source::{ActiveBody, SealedView, Source};
 use crate::verify;
 
+mod cleaned;
+
 /// Chunk size used when walking the active segment through its file.
 const SCAN_CHUNK: u64 = 1 << 20;
 
@@ -81,9 +83,10 @@ pub struct Segment {
     verified: Mutex<Verified>,
     body: RwLock<Body>,
     last_used: AtomicU64,
-    /// Wholly below the cleaner checkpoint: compaction may have left gaps
-    /// between its batches (ADR 0027 §5), so the lazy check accepts them
-    /// and a read in a trailing gap moves to the next segment.
+    /// Starts below the cleaner checkpoint: compaction (or catch-up from a
+    /// compacted leader) may have left gaps between its batches (ADR 0027
+    /// §5), so the lazy check accepts them and a read in a trailing gap
+    /// moves to the next segment.
     may_have_gaps: AtomicBool,
 }
 
@@ -155,7 +158,8 @@ impl Segment {
         }
     }
 
-    /// Marks the segment as cleaned (wholly below the cleaner checkpoint).
+    /// Marks the segment as one that may hold gaps (it starts below the
+    /// cleaner checkpoint: cleaned, or holding entries stored by catch-up).
     pub fn allow_gaps(&self) {
         self.may_have_gaps.store(true, Ordering::Release);
     }
@@ -557,90 +561,6 @@ impl Segment {
                 }
             }
         }
-    }
-
-    /// [`Segment::ensure_verified`] for a cleaned segment (ADR 0027 §5):
-    /// the whole segment at once (it is sealed), entry by entry, so that
-    /// what contiguity checked elsewhere is checked here by each entry's
-    /// header checksum (which covers base offsets): every batch whole, CRC
-    /// good, inside its entry's offset range and after the previous one.
-    fn ensure_cleaned_verified(&self, src: &Source, upto: u64) -> Result<u64> {
-        if self.verified_to.load(Ordering::Acquire) >= upto {
-            return Ok(upto);
-        }
-        let generation = {
-            let v = lock(&self.verified);
-            if let Some(d) = &v.damage {
-                return Ok(d.position.min(upto));
-            }
-            v.generation
-        };
-        let len = self.len();
-        let bad = self.check_cleaned_entries(src, len)?;
-        let mut v = lock(&self.verified);
-        if v.generation == generation && v.damage.is_none() {
-            match bad {
-                None => {
-                    v.position = len;
-                    v.next_offset = self.next_offset();
-                }
-                Some((position, reason)) => {
-                    tracing::error!(file = %self.log_path.display(), position, %reason,
-                        "stored batch failed verification; refusing to serve from here");
-                    v.position = position;
-                    v.damage = Some(Damage { position, reason });
-                }
-            }
-            self.verified_to.store(v.position, Ordering::Release);
-        }
-        Ok(v.damage.as_ref().map_or(upto, |d| d.position.min(upto)))
-    }
-
-    /// The first fault of a cleaned segment's entries: `(position, reason)`.
-    fn check_cleaned_entries(&self, src: &Source, len: u64) -> Result<Option<(u64, String)>> {
-        let Some((_, count)) = self.entries() else {
-            return Ok((len > 0).then(|| (0, "a cleaned segment without entries".to_string())));
-        };
-        let path = crate::entry_index::path_for(&self.dir, self.base_offset);
-        let file = File::open(&path).map_err(|e| WalError::io("open entry index", &path, e))?;
-        let mut next = self.base_offset;
-        let mut end = 0u64;
-        for slot in 0..count {
-            let r = crate::entry_index::read_required(&file, &path, slot)?;
-            let at = u64::from(r.position);
-            if at != end || r.end() > len || r.first_offset < next {
-                return Ok(Some((at, format!("entry {} out of place", r.pos.index))));
-            }
-            end = r.end();
-            next = r.next_offset;
-            if r.length == 0 {
-                continue;
-            }
-            let bytes = src.load(at, r.end(), &self.log_path)?;
-            match verify::chunk(&bytes, r.first_offset, u64::MAX, true) {
-                verify::Outcome::Good {
-                    bytes: n,
-                    next_offset,
-                } if n == bytes.len() as u64 && next_offset <= r.next_offset => {}
-                verify::Outcome::Bad { at: b, reason } => return Ok(Some((at + b, reason))),
-                verify::Outcome::Good { .. } => {
-                    return Ok(Some((
-                        at,
-                        format!("entry {} batches overrun it", r.pos.index),
-                    )));
-                }
-            }
-            let starts = batch::Batches::new(&bytes)
-                .flatten()
-                .map(|(_, range)| range.start);
-            if crate::entry_index::header_sum(&bytes, starts) != r.header_sum {
-                return Ok(Some((
-                    at,
-                    format!("entry {} header checksum mismatch", r.pos.index),
-                )));
-            }
-        }
-        Ok((end != len).then(|| (end, "bytes after the last entry".to_string())))
     }
 
     fn corrupt(&self, position: u64, reason: &str) -> WalError {

@@ -181,6 +181,18 @@ impl TestCluster {
         (1..=self.nodes.len() as u64).collect()
     }
 
+    /// Shuts broker `id` down as a clean shutdown does, runs `offline` on
+    /// its data directory (a tool run on a stopped broker), and opens it
+    /// again.
+    pub(super) async fn restart_with(&mut self, id: u64, offline: impl FnOnce(&std::path::Path)) {
+        let i = id as usize - 1;
+        if let Some(b) = self.brokers[i].take() {
+            b.close_all().await;
+        }
+        offline(self.dirs[i].path());
+        self.brokers[i] = Some(self.open(i).await);
+    }
+
     pub(super) async fn close(self) {
         for b in self.brokers.iter().flatten() {
             b.close_all().await;

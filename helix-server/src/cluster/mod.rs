@@ -12,6 +12,8 @@ pub mod leaders;
 pub mod peers;
 
 #[cfg(test)]
+mod compaction_tests;
+#[cfg(test)]
 mod harness;
 #[cfg(test)]
 mod lease_tests;

@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
 use helix_raft::{CatchUpRequest, Entry, EntryKind, GroupId, LogIndex, MultiRaft, NodeId, Term};
-use helix_wal::EntryStream;
+use helix_wal::{EntryStream, StoredEntry};
 
 use crate::replica::entry;
 use crate::replica::state::PartitionState;
@@ -131,18 +131,18 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
     let mut entries = Vec::new();
     let mut bytes = 0usize;
     while cursor.next <= cursor.through && (entries.is_empty() || bytes < CHUNK_BYTES) {
-        let Some(item) = cursor.stream.next() else {
+        let Some(item) = cursor.stream.next_stored() else {
             break;
         };
-        let (pos, batches) = item?;
-        if pos.index != cursor.next.0 {
+        let stored = item?;
+        if stored.pos.index != cursor.next.0 {
             return Err(crate::error::HelixError::CorruptState(format!(
                 "catch-up read index {} where {} was expected",
-                pos.index, cursor.next.0
+                stored.pos.index, cursor.next.0
             )));
         }
-        bytes += batches.len();
-        entries.push(wal_entry(pos.term, pos.index, batches)?);
+        bytes += stored.batches.len();
+        entries.push(wal_entry(stored)?);
         cursor.next = cursor.next.next();
     }
     Ok((entries, bytes))
@@ -160,8 +160,29 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
 /// from several requests of one producer, and the sequence check of a
 /// request's later batches does not see its earlier ones (a follower would
 /// refuse them as out of order and store nothing).
-fn wal_entry(term: u64, index: u64, batches: Bytes) -> crate::error::Result<Entry> {
-    let (kind, data) = if batches.is_empty() {
+///
+/// All of that holds only while the batches cover the entry's offset
+/// range one after another, each holding a record per offset it spans:
+/// applying them again assigns the same offsets. An entry of a compacted
+/// segment (ADR 0027 §5) may leave gaps, hold emptied batches, or hold
+/// none at all; it is sent as a stored entry, which keeps every base
+/// offset and the range. Entries that cover their range keep the older
+/// kinds, so a follower of an older version is only ever sent a stored
+/// entry by a leader whose log was compacted.
+fn wal_entry(stored: StoredEntry) -> crate::error::Result<Entry> {
+    let StoredEntry {
+        pos,
+        first_offset,
+        next_offset,
+        batches,
+    } = stored;
+    let (term, index) = (pos.term, pos.index);
+    let (kind, data) = if !covers_range(&batches, first_offset, next_offset) {
+        (
+            EntryKind::Normal,
+            entry::encode_stored(first_offset, next_offset, &batches),
+        )
+    } else if batches.is_empty() {
         (EntryKind::Noop, Bytes::new())
     } else if let Some(marker) = stored_marker(&batches) {
         (EntryKind::Normal, entry::encode_marker(&marker))
@@ -178,6 +199,33 @@ fn wal_entry(term: u64, index: u64, batches: Bytes) -> crate::error::Result<Entr
         kind,
         data,
     })
+}
+
+/// Whether `batches` cover `[first_offset, next_offset)` as apply wrote
+/// them: back to back from `first_offset`, each holding one record per
+/// offset it spans (apply advances by the record count), none carrying a
+/// cleaner's delete horizon (a marker entry rebuilds its control batch
+/// without it: sent stored, the follower keeps the leader's bytes).
+/// Anything it cannot parse counts as covering: the older path refuses it
+/// as today.
+fn covers_range(batches: &[u8], first_offset: i64, next_offset: i64) -> bool {
+    let mut expected = first_offset;
+    let mut at = 0usize;
+    while at < batches.len() {
+        let Ok(h) = crate::replica::batch::parse_header(&batches[at..]) else {
+            return true;
+        };
+        let spans = i64::from(h.last_offset_delta) + 1;
+        if h.base_offset != expected
+            || i64::from(h.record_count) != spans
+            || h.delete_horizon_ms().is_some()
+        {
+            return false;
+        }
+        expected += spans;
+        at += h.total_len();
+    }
+    expected == next_offset
 }
 
 /// The marker a WAL entry stores, if it is one: a marker entry stores one
@@ -209,6 +257,9 @@ fn split_batches(batches: &Bytes) -> crate::error::Result<Vec<Bytes>> {
 }
 
 #[cfg(test)]
+mod compacted_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::replica::apply::apply_produce;
@@ -216,6 +267,16 @@ mod tests {
     use crate::replica::entry::{PartitionEntry, decode};
     use crate::replica::producers::ProducerTable;
     use helix_wal::{AppendCheck, LogConfig, PartitionLog, RaftPosition};
+
+    /// A WAL entry of term 2 at `index` covering `[first, next)`.
+    fn held_at(index: u64, first: i64, next: i64, batches: Bytes) -> StoredEntry {
+        StoredEntry {
+            pos: RaftPosition { term: 2, index },
+            first_offset: first,
+            next_offset: next,
+            batches,
+        }
+    }
 
     /// Applies a produce entry's data as a replica would.
     fn apply(
@@ -264,10 +325,15 @@ mod tests {
         let original = entry::encode_produce([vec![a], vec![b]].iter().map(Vec::as_slice));
         let out = apply(&mut leader, &mut on_leader, 2, original);
         assert_eq!(out, vec![1, 3]);
-        let (pos, stored) = leader.entries_from(2).next().expect("entry").expect("read");
+        let held = leader
+            .entries_from(2)
+            .next_stored()
+            .expect("entry")
+            .expect("read");
+        let stored = held.batches.clone();
 
         // The follower, behind the leader's memory, gets it from the WAL.
-        let caught_up = wal_entry(pos.term, pos.index, stored.clone()).expect("entry");
+        let caught_up = wal_entry(held).expect("entry");
         let out = apply(&mut follower, &mut on_follower, 2, caught_up.data);
         assert_eq!(out, vec![1, 3]);
         assert_eq!(follower.next_offset(), 4);
@@ -311,8 +377,13 @@ mod tests {
         };
         let pos = RaftPosition { term: 2, index: 2 };
         apply_marker(&mut leader, &mut on_leader, pos, &marker, &mut None).expect("marker");
-        let (pos, stored) = leader.entries_from(2).next().expect("entry").expect("read");
-        let caught_up = wal_entry(pos.term, pos.index, stored.clone()).expect("entry");
+        let held = leader
+            .entries_from(2)
+            .next_stored()
+            .expect("entry")
+            .expect("read");
+        let (pos, stored) = (held.pos, held.batches.clone());
+        let caught_up = wal_entry(held).expect("entry");
         let PartitionEntry::Marker(read) = decode(caught_up.data).expect("decode") else {
             panic!("a marker caught up as another entry");
         };
@@ -331,9 +402,11 @@ mod tests {
     fn a_stored_batch_that_runs_past_its_entry_is_refused() {
         let a = make_batch(&[b"1"], -1, -1, 10);
         let cut = a.slice(..a.len() - 1);
-        assert!(wal_entry(1, 1, cut).is_err());
+        assert!(wal_entry(held_at(1, 0, 1, cut)).is_err());
         assert_eq!(
-            wal_entry(1, 1, Bytes::new()).expect("noop").kind,
+            wal_entry(held_at(1, 0, 0, Bytes::new()))
+                .expect("noop")
+                .kind,
             EntryKind::Noop
         );
     }

@@ -96,6 +96,56 @@ pub fn apply_marker(
     Ok((offset, producers.end_txn(marker, offset)))
 }
 
+/// A transaction a stored entry's marker ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndedTxn {
+    pub marker: Marker,
+    /// The marker's offset.
+    pub offset: i64,
+    /// The transaction's first offset.
+    pub first_offset: i64,
+}
+
+/// Applies one stored entry (catch-up from a compacted leader, ADR 0027
+/// §5): its batches go to the log at their own base offsets, the log's
+/// next offset becomes `next_offset`, and the producer state follows the
+/// batch headers as at open (no sequence check: the batches were judged
+/// when first applied). Returns the transactions its markers ended.
+pub fn apply_stored(
+    log: &mut PartitionLog,
+    producers: &mut ProducerTable,
+    pos: RaftPosition,
+    (first_offset, next_offset): (i64, i64),
+    batches: &Bytes,
+    max_ts: &mut MaxTimestamp,
+) -> Result<Vec<EndedTxn>> {
+    let started = std::time::Instant::now();
+    log.append_stored(pos, first_offset, next_offset, batches)?;
+    metrics().record(Stage::WalAppend, started.elapsed());
+    let mut ended = Vec::new();
+    let mut at = 0usize;
+    while at < batches.len() {
+        // The WAL just checked every batch whole; a failure here is damage.
+        let h = parse_header(&batches[at..])
+            .map_err(|e| HelixError::CorruptState(format!("stored entry: {e}")))?;
+        let batch = &batches[at..at + h.total_len()];
+        if max_ts.is_none_or(|(_, ts)| h.max_timestamp > ts) {
+            *max_ts = Some((h.base_offset, h.max_timestamp));
+        }
+        if let Some((marker, Some(first_offset))) =
+            super::scan::derive_from_stored(producers, &h, batch)
+        {
+            ended.push(EndedTxn {
+                marker,
+                offset: h.base_offset,
+                first_offset,
+            });
+        }
+        at += h.total_len();
+    }
+    Ok(ended)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

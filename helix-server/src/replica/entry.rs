@@ -10,6 +10,11 @@
 //! commit u8 | coordinator_epoch i32 | timestamp i64`: a transaction
 //! coordinator's WriteTxnMarkers for this partition (ADR 0026), ordered
 //! with the producer's batches like any append.
+//! A stored entry is `kind u8 = 3 | first_offset i64 | next_offset i64 |
+//! batches`: a WAL entry as the leader stores it, sent by catch-up when
+//! its batches do not cover its offset range one after another (a
+//! compacted segment, ADR 0027 §5), so the follower keeps every base
+//! offset instead of assigning offsets again.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -19,7 +24,9 @@ use crate::error::{HelixError, Result};
 const KIND_PRODUCE: u8 = 0;
 const KIND_DELETE_RECORDS: u8 = 1;
 const KIND_MARKER: u8 = 2;
+const KIND_STORED: u8 = 3;
 const MARKER_LEN: usize = 8 + 2 + 1 + 4 + 8;
+const STORED_RANGE_LEN: usize = 8 + 8;
 
 /// A decoded entry.
 #[derive(Debug)]
@@ -33,6 +40,13 @@ pub enum PartitionEntry {
         before: i64,
     },
     Marker(Marker),
+    /// Batches at their own base offsets, increasing inside
+    /// `[first_offset, next_offset)`, with gaps or none at all.
+    Stored {
+        first_offset: i64,
+        next_offset: i64,
+        batches: Bytes,
+    },
 }
 
 /// Encodes a produce entry from each request's batches. This is the one
@@ -75,6 +89,58 @@ pub fn encode_marker(m: &Marker) -> Bytes {
     b.freeze()
 }
 
+pub fn encode_stored(first_offset: i64, next_offset: i64, batches: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(1 + STORED_RANGE_LEN + batches.len());
+    b.put_u8(KIND_STORED);
+    b.put_i64(first_offset);
+    b.put_i64(next_offset);
+    b.put_slice(batches);
+    b.freeze()
+}
+
+/// The offset range of a stored entry, read from its first bytes without
+/// decoding it (`None` for any other kind, or too short to hold one).
+pub fn stored_range(data: &[u8]) -> Option<(i64, i64)> {
+    let range = data.strip_prefix(&[KIND_STORED])?.get(..STORED_RANGE_LEN)?;
+    let (first, next) = range.split_at(8);
+    Some((
+        i64::from_be_bytes(first.try_into().ok()?),
+        i64::from_be_bytes(next.try_into().ok()?),
+    ))
+}
+
+/// Checks a stored entry's batches without copying them: each header
+/// whole, its declared length inside the entry, base offsets increasing
+/// inside the range. CRCs are the WAL's to check, on append.
+fn check_stored(first_offset: i64, next_offset: i64, batches: &[u8]) -> Result<()> {
+    let bad = |what: String| HelixError::CorruptState(format!("stored entry: {what}"));
+    if first_offset < 0 || next_offset < first_offset {
+        return Err(bad(format!("range {first_offset}..{next_offset}")));
+    }
+    let (mut at, mut expected) = (0usize, first_offset);
+    while at < batches.len() {
+        let h = super::batch::parse_header(&batches[at..])?;
+        let len = h.total_len();
+        if len == 0 || len > batches.len() - at {
+            return Err(bad(format!("the batch at byte {at} runs past the entry")));
+        }
+        // Checked: garbage may hold any base offset.
+        let end = h
+            .base_offset
+            .checked_add(i64::from(h.last_offset_delta) + 1)
+            .filter(|end| h.base_offset >= expected && *end <= next_offset);
+        let Some(end) = end else {
+            return Err(bad(format!(
+                "batch at {} outside {expected}..{next_offset}",
+                h.base_offset
+            )));
+        };
+        expected = end;
+        at += len;
+    }
+    Ok(())
+}
+
 pub fn decode(mut b: Bytes) -> Result<PartitionEntry> {
     let bad = |what: &str| HelixError::CorruptState(format!("partition entry: {what}"));
     if b.is_empty() {
@@ -110,6 +176,17 @@ pub fn decode(mut b: Bytes) -> Result<PartitionEntry> {
             coordinator_epoch: b.get_i32(),
             timestamp: b.get_i64(),
         })),
+        KIND_STORED if b.remaining() >= STORED_RANGE_LEN => {
+            let first_offset = b.get_i64();
+            let next_offset = b.get_i64();
+            check_stored(first_offset, next_offset, &b)?;
+            Ok(PartitionEntry::Stored {
+                first_offset,
+                next_offset,
+                batches: b,
+            })
+        }
+        KIND_STORED => Err(bad("stored entry without its offset range")),
         other => Err(bad(&format!("unknown kind {other}"))),
     }
 }
@@ -158,5 +235,63 @@ mod tests {
         let mut cut = encode_marker(&m).to_vec();
         cut.pop();
         assert!(decode(Bytes::from(cut)).is_err());
+    }
+
+    /// A batch of `n` records patched to `base`.
+    fn at(base: i64, n: usize) -> Bytes {
+        let values: Vec<&[u8]> = (0..n).map(|_| b"v".as_slice()).collect();
+        let mut b = super::super::batch::tests::make_batch(&values, -1, -1, 10).to_vec();
+        helix_wal::patch_batch_header(&mut b, base, 1).expect("patch");
+        Bytes::from(b)
+    }
+
+    #[test]
+    fn a_stored_entry_round_trips_with_its_gaps() {
+        let batches = [at(12, 2), at(17, 1)].concat();
+        match decode(encode_stored(10, 20, &batches)).expect("decode") {
+            PartitionEntry::Stored {
+                first_offset,
+                next_offset,
+                batches: back,
+            } => {
+                assert_eq!((first_offset, next_offset), (10, 20));
+                assert_eq!(back, batches);
+            }
+            other => panic!("wrong kind {other:?}"),
+        }
+        assert_eq!(
+            stored_range(&encode_stored(10, 20, &batches)),
+            Some((10, 20))
+        );
+        assert_eq!(stored_range(&encode_delete_records(3)), None);
+        assert_eq!(stored_range(&[KIND_STORED, 0, 0]), None);
+        assert!(matches!(
+            decode(encode_stored(5, 9, &[])).expect("an emptied entry"),
+            PartitionEntry::Stored { first_offset: 5, next_offset: 9, batches } if batches.is_empty()
+        ));
+    }
+
+    #[test]
+    fn a_garbage_stored_entry_is_refused() {
+        let one = at(12, 2);
+        let backwards = [at(15, 1), at(12, 1)].concat();
+        let cases: Vec<(&str, Bytes)> = vec![
+            ("no range", Bytes::from_static(&[KIND_STORED, 0, 0, 0])),
+            ("range backwards", encode_stored(10, 9, &[])),
+            ("negative start", encode_stored(-3, 9, &[])),
+            ("batch before the range", encode_stored(13, 20, &one)),
+            ("batch past the range", encode_stored(10, 13, &one)),
+            ("batches backwards", encode_stored(10, 20, &backwards)),
+            ("cut batch", encode_stored(10, 20, &one[..one.len() - 1])),
+            ("header garbage", encode_stored(10, 20, &[0xff; 70])),
+            ("near the end of offsets", {
+                let mut b = one.to_vec();
+                helix_wal::patch_batch_header(&mut b, i64::MAX - 1, 1).expect("patch");
+                encode_stored(0, i64::MAX, &b)
+            }),
+        ];
+        for (what, bytes) in cases {
+            assert!(decode(bytes).is_err(), "{what}");
+        }
     }
 }

@@ -132,16 +132,8 @@ pub fn rebuild(
             if max_ts.is_none_or(|(_, ts)| h.max_timestamp > ts) {
                 max_ts = Some((h.base_offset, h.max_timestamp));
             }
-            if h.is_control() {
-                // Only end-transaction markers are written here; a control
-                // batch of another kind changes no producer.
-                let batch = chunk.bytes.get(pos..pos + h.total_len());
-                if let Some(m) = batch.and_then(super::markers::read_marker) {
-                    producers.end_txn(&m, h.base_offset);
-                }
-            } else {
-                producers.record(&h, h.base_offset);
-            }
+            let batch = chunk.bytes.get(pos..pos + h.total_len()).unwrap_or(&[]);
+            derive_from_stored(&mut producers, &h, batch);
             pos += h.total_len();
         }
         offset = chunk.next_offset;
@@ -150,6 +142,29 @@ pub fn rebuild(
         producers.lost_unnamed();
     }
     Ok((producers, max_ts))
+}
+
+/// What one stored batch (`h` its header, `batch` its bytes) changes in
+/// the producer state, judged by nothing (it was judged when first
+/// applied): at open, and when a stored entry is applied (catch-up from a
+/// compacted leader). Returns the marker of a control batch and the first
+/// offset of the transaction it ended, if one was open.
+pub fn derive_from_stored(
+    producers: &mut ProducerTable,
+    h: &super::batch::BatchHeader,
+    batch: &[u8],
+) -> Option<(super::markers::Marker, Option<i64>)> {
+    if h.is_control() {
+        // Only end-transaction markers are written here; a control batch
+        // of another kind (or one emptied by the cleaner) changes no
+        // producer.
+        let m = super::markers::read_marker(batch)?;
+        let ended = producers.end_txn(&m, h.base_offset);
+        Some((m, ended))
+    } else {
+        producers.record(h, h.base_offset);
+        None
+    }
 }
 
 #[cfg(test)]

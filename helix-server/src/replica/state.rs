@@ -10,6 +10,7 @@
 
 mod propose;
 mod publish;
+mod stored;
 mod txn;
 
 use std::collections::VecDeque;
@@ -219,6 +220,7 @@ impl PartitionState {
     pub fn apply(&mut self, entries: Vec<Entry>) -> Result<Option<LogIndex>> {
         let m = metrics();
         let mut last = None;
+        self.cover_stored_gaps(&entries)?;
         for e in entries {
             let pos = RaftPosition {
                 term: e.term.0,
@@ -318,6 +320,14 @@ impl PartitionState {
                 Applying::DeleteRecords(result)
             }
             PartitionEntry::Marker(marker) => Applying::Marker(self.apply_marker(pos, &marker)?),
+            PartitionEntry::Stored {
+                first_offset,
+                next_offset,
+                batches,
+            } => {
+                self.apply_stored(pos, (first_offset, next_offset), &batches)?;
+                Applying::Stored
+            }
         })
     }
 
@@ -531,6 +541,8 @@ enum Applying {
     DeleteRecords(Result<i64>),
     /// The marker's offset.
     Marker(i64),
+    /// Nobody waits for a stored entry: only catch-up sends one.
+    Stored,
 }
 
 /// The open log; an error only if a reopen failed earlier.

@@ -94,9 +94,16 @@ impl PartitionState {
         if let Ok(mut m) = self.published.max_timestamp.lock() {
             *m = max_ts;
         }
-        let Some(first) = ended else {
-            return Ok(offset);
-        };
+        if let Some(first) = ended {
+            self.txn_ended(marker, first, offset);
+        }
+        Ok(offset)
+    }
+
+    /// A marker at `offset` ended the transaction that began at `first`:
+    /// it holds the last stable offset until acknowledged, and an abort
+    /// joins the aborted index.
+    pub(super) fn txn_ended(&mut self, marker: &Marker, first: i64, offset: i64) {
         self.unreplicated.push_back((first, offset));
         if !marker.commit
             && let Ok(mut aborted) = self.published.aborted.write()
@@ -107,7 +114,6 @@ impl PartitionState {
                 last_offset: offset,
             });
         }
-        Ok(offset)
     }
 
     /// Publishes what holds the last stable offset back once the high
