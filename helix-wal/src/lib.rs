@@ -25,6 +25,7 @@ mod meta;
 mod positions;
 mod reader;
 mod recovery;
+mod replace;
 mod retention;
 mod rewrite;
 mod segment;

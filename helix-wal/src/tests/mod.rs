@@ -5,4 +5,5 @@ mod basic;
 mod compaction;
 mod errors;
 mod model;
+mod replace;
 mod support;
