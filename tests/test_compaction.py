@@ -54,9 +54,10 @@ def compacting_broker(tmp_path):
 
 
 def producer(bootstrap: str) -> Producer:
-    # One record per request: many small batches, many segments.
+    # Small batches, many segments; Kafka refuses a batch larger than
+    # segment.bytes (RECORD_LIST_TOO_LARGE).
     return Producer({**clients.RDKAFKA, "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
-                     "enable.idempotence": True, "message.timeout.ms": 30_000})
+                     "batch.size": 1500, "enable.idempotence": True, "message.timeout.ms": 30_000})
 
 
 def write(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> list[int]:

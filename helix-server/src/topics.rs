@@ -529,7 +529,11 @@ impl TopicTable {
                 min_compaction_lag_ms: e.compaction.min_compaction_lag_ms,
                 max_compaction_lag_ms: e.compaction.max_compaction_lag_ms,
             };
-            for p in topic.local_replicas() {
+            // Single-replica groups only until catch-up sends cleaned
+            // ranges as `Stored` entries (ADR 0027 step 3): today a
+            // follower catching up from a cleaned segment would assign
+            // offsets again, shifting them over the gaps.
+            for p in topic.local_replicas().filter(|p| p.voters().len() == 1) {
                 out.push(crate::compact::cleaner::CleanTarget {
                     topic: topic.name.clone(),
                     partition: p.clone(),
