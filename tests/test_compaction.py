@@ -255,3 +255,45 @@ def test_kill9_during_and_after_cleaning_keeps_the_latest_value_per_key(compacti
     seen = read_all(b.bootstrap, topic)
     assert {k: (o, v) for o, k, v in seen if k in want} == want, "after kill -9 once cleaned"
     assert sum(1 for _, k, _ in seen if k in want) == len(KEYS)
+
+
+def test_damage_met_while_cleaning_marks_the_replica_damaged(tmp_path, topic):
+    """ADR 0027 §4: a segment that fails its checks while the cleaner reads
+    it is the damage rule of ADR 0001 (as the scrubber's reads): one ERROR
+    line, no more writes, nothing swapped, what lies before still served."""
+    if harness.external_bootstrap() or os.environ.get("HELIX_TEST_KAFKA_LIBS"):
+        pytest.skip("flips bytes in the suite's Helix broker's files")
+    import kwire
+    b = harness.HelixBroker(harness.helix_binary(), tmp_path / "broker",
+                            ["--scrub-bytes-per-second", "0", "--log-cleaner-enable", "false"])
+    b.start()
+    try:
+        clients.create_topic(b.bootstrap, topic, 1, config=COMPACTED)
+        write(b.bootstrap, topic, rounds(4, "v") + filler(40))
+        assert b.stop() == 0
+        logs = sorted((b.data_dir / "topics").glob("*/0/wal/*.log"))
+        assert len(logs) > 3, f"expected several segments: {logs}"
+        first = logs[0]
+        raw = bytearray(first.read_bytes())
+        raw[len(raw) * 3 // 4] ^= 0x5A
+        first.write_bytes(bytes(raw))
+
+        b.extra_args = ["--scrub-bytes-per-second", "0", "--log-cleaner-backoff-ms", "200"]
+        b.start()
+        deadline = time.monotonic() + 30
+        while "log cleaning failed" not in b.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"the cleaner did not meet the damage\n{b.log_tail()}"
+            time.sleep(0.2)
+        text = b.log.read_text(errors="replace")
+        found = [line for line in text.splitlines() if "damaged data found on read" in line]
+        assert len(found) == 1 and str(first) in found[0], found
+        assert "log cleaned" not in text, "a pass over damaged data swapped something in"
+        with kwire.Conn(b.host, b.port) as conn:
+            batch = kwire.record_batch([kwire.Record(key=b"k", value=b"after-damage")])
+            answers = conn.produce(topic, {0: batch}, acks=-1, timeout_ms=5000)
+            assert answers[0][0] == 56, f"a write after damage was found: {answers}"  # KAFKA_STORAGE_ERROR
+            err, _hw, data = conn.fetch(topic, 0, 0)
+            assert err == kwire.ERR_NONE and data, f"the bytes before the damage are not served: error {err}"
+        assert not list(first.parent.glob("*.cleaned")), "the abandoned pass left files"
+    finally:
+        b.stop()
