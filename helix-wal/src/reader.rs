@@ -198,18 +198,20 @@ impl LogReader {
     /// Batch granularity: the records before the match inside that batch are
     /// returned by a Fetch from it and skipped by clients as usual.
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<i64>> {
-        let log_start = self.log_start_offset();
-        for seg in self.shared.snapshot() {
-            if seg.next_offset() <= log_start || seg.max_timestamp() < timestamp {
-                continue;
+        self.rereading(|segments| {
+            let log_start = self.log_start_offset();
+            for seg in segments {
+                if seg.next_offset() <= log_start || seg.max_timestamp() < timestamp {
+                    continue;
+                }
+                if let Some(offset) =
+                    seg.offset_for_timestamp(timestamp, log_start, &self.shared.budget)?
+                {
+                    return Ok(Some(offset.max(log_start)));
+                }
             }
-            if let Some(offset) =
-                seg.offset_for_timestamp(timestamp, log_start, &self.shared.budget)?
-            {
-                return Ok(Some(offset.max(log_start)));
-            }
-        }
-        Ok(None)
+            Ok(None)
+        })
     }
 
     /// The term of entry `index`, `None` when the log does not hold it.
