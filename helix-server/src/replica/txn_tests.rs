@@ -41,6 +41,11 @@ impl learner::LearnerAtOpen for NeverLearner {
 
 /// A one-voter replica in `dir`, driven by hand (no shard).
 pub(crate) fn open_replica(dir: &std::path::Path) -> Recovered {
+    open_replica_with(dir, LogConfig::default())
+}
+
+/// [`open_replica`] with the log's settings.
+pub(crate) fn open_replica_with(dir: &std::path::Path, log: LogConfig) -> Recovered {
     let settings = PartitionSettings {
         spec: GroupSpec {
             node: NodeId(1),
@@ -53,7 +58,7 @@ pub(crate) fn open_replica(dir: &std::path::Path) -> Recovered {
             max_bytes: 1 << 20,
             max_requests: 100,
         },
-        log: LogConfig::default(),
+        log,
         producer_id_expiration_ms: crate::config::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         standing: Arc::new(NeverLearner),
         links: Arc::new(links::PeerLinks::new(NodeId(1))),

@@ -64,3 +64,7 @@ impl PartitionState {
         Ok(intents.len())
     }
 }
+
+#[cfg(test)]
+#[path = "compact_tests.rs"]
+mod tests;
