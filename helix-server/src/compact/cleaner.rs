@@ -189,7 +189,13 @@ fn plan(p: &Partition, config: &CompactionConfig, now_ms: i64) -> Option<LogToCl
     };
     let first_dirty = checkpoint.unwrap_or(positions.log_start_offset);
     let infos = reader.segments();
-    let last = infos.len().saturating_sub(1);
+    let sealed = infos.len().saturating_sub(1);
+    // `max.compaction.lag.ms` looks at the oldest dirty record: the first
+    // batch of the first dirty sealed segment (later ones are newer, as
+    // Kafka assumes too), one header read per round.
+    let first_dirty_segment = infos[..sealed]
+        .iter()
+        .position(|s| s.next_offset > first_dirty);
     let segments: Vec<SegmentSummary> = infos
         .iter()
         .enumerate()
@@ -197,10 +203,8 @@ fn plan(p: &Partition, config: &CompactionConfig, now_ms: i64) -> Option<LogToCl
             base_offset: s.base_offset,
             bytes: s.bytes,
             max_timestamp: s.max_timestamp,
-            // Only the dirty sealed segments' first batches matter for
-            // `max.compaction.lag.ms`; one header read each.
-            first_batch_timestamp: if i < last && s.next_offset > first_dirty {
-                first_batch_timestamp(&reader, s.base_offset)
+            first_batch_timestamp: if Some(i) == first_dirty_segment {
+                first_batch_timestamp(&reader, s.base_offset.max(first_dirty))
             } else {
                 0
             },
