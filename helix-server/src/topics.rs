@@ -520,7 +520,9 @@ impl TopicTable {
         let mut out = Vec::new();
         for topic in self.all() {
             let e = &topic.effective;
-            if !e.cleanup.compact {
+            // Internal topics keep their own snapshot-and-truncate scheme
+            // (a `log_cleanup_policy=compact` node default is not theirs).
+            if !e.cleanup.compact || topic.internal {
                 continue;
             }
             let shape = (&self.factory.log_config(e)).into();
