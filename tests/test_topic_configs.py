@@ -169,7 +169,6 @@ def test_every_kafka_topic_config_is_described_with_kafkas_default(broker, topic
 @pytest.mark.parametrize("name,value,default", [
     ("flush.messages", "1", "9223372036854775807"),
     ("preallocate", "true", "false"), ("unclean.leader.election.enable", "true", "false"),
-    ("cleanup.policy", "compact", "delete"), ("min.cleanable.dirty.ratio", "0.9", "0.5"),
     ("leader.replication.throttled.replicas", "0:1", ""),
 ])
 def test_a_value_helix_does_not_apply_is_refused_and_kafkas_default_accepted(broker, topic, name, value, default):

@@ -132,6 +132,18 @@ pub enum PartitionCommand {
     DescribeProducers {
         reply: oneshot::Sender<Vec<crate::replica::active_producer::ActiveProducer>>,
     },
+    /// Where each producer's last batch is (a compaction pass keeps it).
+    ProducerLastBatches {
+        reply: oneshot::Sender<Vec<crate::replica::active_producer::ProducerLastBatch>>,
+    },
+    /// Swap in the segments a compaction pass wrote (ADR 0027 §4): every
+    /// segment below `cleaned_below` is cleaned once they are in. Replied
+    /// with the number of swaps done.
+    SwapCleaned {
+        cleaned_below: i64,
+        intents: Vec<helix_wal::SwapIntent>,
+        reply: oneshot::Sender<Result<usize>>,
+    },
     /// Apply retention as of `now_ms`.
     Retention {
         now_ms: i64,

@@ -82,6 +82,11 @@ pub async fn run(config: Config) -> Result<()> {
         Arc::downgrade(&broker),
         broker.config.scrub_bytes_per_second,
     ));
+    let cleaned = Arc::downgrade(&broker);
+    tokio::spawn(crate::compact::cleaner::run(
+        broker.config.cleaner.clone(),
+        move || cleaned.upgrade().map(|b| b.topics.compaction_targets()),
+    ));
     tokio::spawn(crate::heap::trim_after_bursts(broker.backpressure.clone()));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let admission = Admission::new(

@@ -162,8 +162,14 @@ impl ReplicaFactory {
             index_interval_bytes: u64::try_from(effective.index_interval_bytes)
                 .unwrap_or(4096)
                 .max(1),
-            retention_bytes: u64::try_from(effective.retention_bytes).ok(),
-            retention_ms: u64::try_from(effective.retention_ms).ok(),
+            // Retention is the `delete` policy: a `compact`-only topic keeps
+            // its segments for the cleaner (Kafka's `LogConfig.delete`).
+            retention_bytes: u64::try_from(effective.retention_bytes)
+                .ok()
+                .filter(|_| effective.cleanup.delete),
+            retention_ms: u64::try_from(effective.retention_ms)
+                .ok()
+                .filter(|_| effective.cleanup.delete),
             durability: self.durability(),
             sync_group: Some(self.logs.sync_group.clone()),
             file_budget: Some(self.logs.file_budget.clone()),
@@ -431,6 +437,7 @@ impl TopicTable {
             (a.retention_ms, a.retention_bytes, a.segment_bytes)
                 != (b.retention_ms, b.retention_bytes, b.segment_bytes)
                 || (a.segment_ms, a.index_interval_bytes) != (b.segment_ms, b.index_interval_bytes)
+                || a.cleanup.delete != b.cleanup.delete
         });
         let topic = Arc::new(Topic {
             name: name.to_string(),
@@ -501,6 +508,43 @@ impl TopicTable {
         for p in self.local_replicas() {
             p.retention(now_ms);
         }
+    }
+
+    /// The local replicas the log cleaner looks at: those of topics whose
+    /// `cleanup.policy` has `compact`, once the node has caught up with
+    /// the controller's log (the policy it cleans by is then current).
+    pub fn compaction_targets(&self) -> Vec<crate::compact::cleaner::CleanTarget> {
+        if !self.settings_current() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for topic in self.all() {
+            let e = &topic.effective;
+            // Internal topics keep their own snapshot-and-truncate scheme
+            // (a `log_cleanup_policy=compact` node default is not theirs).
+            if !e.cleanup.compact || topic.internal {
+                continue;
+            }
+            let shape = (&self.factory.log_config(e)).into();
+            let config = crate::compact::policy::CompactionConfig {
+                min_cleanable_ratio: e.compaction.min_cleanable_ratio,
+                min_compaction_lag_ms: e.compaction.min_compaction_lag_ms,
+                max_compaction_lag_ms: e.compaction.max_compaction_lag_ms,
+            };
+            // Every replica cleans its own log: a follower caught up from
+            // a cleaned range gets it as `Stored` entries (ADR 0027 step
+            // 3), keeping the leader's offsets over the gaps.
+            for p in topic.local_replicas() {
+                out.push(crate::compact::cleaner::CleanTarget {
+                    topic: topic.name.clone(),
+                    partition: p.clone(),
+                    config,
+                    delete_retention_ms: e.compaction.delete_retention_ms,
+                    shape,
+                });
+            }
+        }
+        out
     }
 
     /// Shutdown: every replica flushes and closes its log.

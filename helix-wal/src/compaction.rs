@@ -23,8 +23,8 @@
 //!
 //! This module knows files only. `recover_swap` runs first in every
 //! recovery; `commit_swap` is called with the log closed (helix-server's
-//! offline `compact::pass`): the swap of the readers' segment list under
-//! an open log comes with the online cleaner (ADR 0027, step 2).
+//! offline `compact::pass`) or by `replace.rs`, which also swaps the
+//! readers' segment list of an open log.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -140,7 +140,6 @@ fn len_of(path: &Path) -> Option<u64> {
 /// Swaps the cleaned segment described by `intent` (its four `.cleaned`
 /// files already written) in for the old ones. On an error the directory
 /// is left for [`recover_swap`] to settle at the next open.
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn commit_swap(dir: &Path, intent: &SwapIntent) -> Result<()> {
     if intent.old_bases.first() != Some(&intent.new_base)
         || intent.old_bases.len() > MAX_SWAPPED_SEGMENTS
@@ -194,6 +193,14 @@ fn roll_forward(dir: &Path, intent: &SwapIntent) -> Result<()> {
     crash_point(dir, 5)?;
     meta::remove(dir, COMPACT_INTENT)?;
     meta::sync_dir(dir)
+}
+
+/// Removes the `.cleaned` files of a pass that will not be swapped in.
+pub fn discard_cleaned(dir: &Path, base: i64) -> Result<()> {
+    for ext in EXTENSIONS {
+        remove_file(&cleaned_path(dir, base, ext))?;
+    }
+    Ok(())
 }
 
 /// Settles a swap a crash interrupted; see the module comment.

@@ -76,6 +76,15 @@ pub enum WalError {
     /// only reads of what was already written are served until reopen.
     #[error("log {dir} failed earlier and accepts no more writes until reopened")]
     Failed { dir: PathBuf },
+    /// A read met a segment that a compaction swap replaced while the read
+    /// ran; the same read from the current segment list succeeds.
+    #[error("segment {base_offset} was replaced by compaction during the read")]
+    SegmentReplaced { base_offset: i64 },
+    /// A compaction swap no longer matches the log (retention, DeleteRecords
+    /// or a reopen changed its segments since the pass planned it); nothing
+    /// was swapped.
+    #[error("compaction swap refused: {0}")]
+    SwapRefused(String),
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
 }

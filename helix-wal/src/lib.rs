@@ -25,6 +25,7 @@ mod meta;
 mod positions;
 mod reader;
 mod recovery;
+mod replace;
 mod retention;
 mod rewrite;
 mod segment;
@@ -37,7 +38,7 @@ mod verify;
 
 pub use batch::{BatchError, BatchHeader, patch_batch_header};
 pub use budget::FileBudget;
-pub use compaction::{SwapIntent, commit_swap};
+pub use compaction::{SwapIntent, commit_swap, discard_cleaned};
 pub use config::{Durability, LogConfig, MAX_SEGMENT_BYTES};
 pub use error::{Result, WalError};
 pub use log::PartitionLog;

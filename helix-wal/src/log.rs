@@ -262,7 +262,7 @@ impl PartitionLog {
         Ok(())
     }
 
-    fn check_writable(&self) -> Result<()> {
+    pub(crate) fn check_writable(&self) -> Result<()> {
         let sync_failed = self.sync.as_ref().is_some_and(|(_, ls)| ls.failed());
         if self.failed || sync_failed {
             return Err(WalError::Failed {

@@ -32,7 +32,18 @@ impl EntryFile {
             return Ok(None);
         };
         let path = entry_index::path_for(seg.dir(), seg.base_offset);
-        let file = File::open(&path).map_err(|e| WalError::io("open entry index", &path, e))?;
+        let file = File::open(&path).map_err(|e| match seg.open_failed("open entry index", e) {
+            WalError::Io { op, source, .. } => WalError::Io {
+                op,
+                path: path.clone(),
+                source,
+            },
+            other => other,
+        })?;
+        // Opened by name after a compaction swap: maybe the new segment's.
+        if seg.is_retired() {
+            return Err(seg.replaced());
+        }
         Ok(Some(EntryFile {
             path,
             file,
@@ -225,6 +236,21 @@ impl EntryStream {
     }
 
     fn step(&mut self) -> Result<Option<StoredEntry>> {
+        let mut attempts = 0;
+        loop {
+            match self.step_once() {
+                // A compaction swap replaced the segment being streamed:
+                // the same entry is in its replacement.
+                Err(WalError::SegmentReplaced { .. }) if crate::shared::reread(attempts) => {
+                    self.current = None;
+                    attempts += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn step_once(&mut self) -> Result<Option<StoredEntry>> {
         let index = self.next_index;
         let in_current = self
             .current

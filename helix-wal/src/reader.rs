@@ -15,7 +15,7 @@ use crate::budget::FileBudget;
 use crate::error::{Result, WalError};
 use crate::positions;
 use crate::segment::{Chunk, Segment};
-use crate::shared::Shared;
+use crate::shared::{Shared, reread};
 use crate::types::{EpochEnd, RaftPosition, ReadResult, SegmentInfo};
 
 /// One segment's read from an offset, about `max_bytes`
@@ -110,6 +110,24 @@ impl LogReader {
         max_bytes: usize,
         read_one: SegmentRead,
     ) -> Result<ReadResult> {
+        // A compaction swap replaced a segment under the read: the list
+        // taken again holds its replacement. Swaps are rare and each is
+        // one list change, so a few attempts always suffice in practice.
+        let mut attempts = 0;
+        loop {
+            match self.read_snapshot(at.clone(), max_bytes, read_one) {
+                Err(WalError::SegmentReplaced { .. }) if reread(attempts) => attempts += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn read_snapshot(
+        &self,
+        at: ReadResult,
+        max_bytes: usize,
+        read_one: SegmentRead,
+    ) -> Result<ReadResult> {
         let from_offset = at.first_offset;
         let segments = self.shared.snapshot();
         let start = segments
@@ -180,34 +198,38 @@ impl LogReader {
     /// Batch granularity: the records before the match inside that batch are
     /// returned by a Fetch from it and skipped by clients as usual.
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<i64>> {
-        let log_start = self.log_start_offset();
-        for seg in self.shared.snapshot() {
-            if seg.next_offset() <= log_start || seg.max_timestamp() < timestamp {
-                continue;
+        self.rereading(|segments| {
+            let log_start = self.log_start_offset();
+            for seg in segments {
+                if seg.next_offset() <= log_start || seg.max_timestamp() < timestamp {
+                    continue;
+                }
+                if let Some(offset) =
+                    seg.offset_for_timestamp(timestamp, log_start, &self.shared.budget)?
+                {
+                    return Ok(Some(offset.max(log_start)));
+                }
             }
-            if let Some(offset) =
-                seg.offset_for_timestamp(timestamp, log_start, &self.shared.budget)?
-            {
-                return Ok(Some(offset.max(log_start)));
-            }
-        }
-        Ok(None)
+            Ok(None)
+        })
     }
 
     /// The term of entry `index`, `None` when the log does not hold it.
     pub fn term_of(&self, index: u64) -> Result<Option<u64>> {
-        positions::term_of(&self.shared.snapshot(), index)
+        self.rereading(|segments| positions::term_of(segments, index))
     }
 
     /// OffsetForLeaderEpoch: the largest term ≤ `term` and the offset its
     /// entries end at. `None` when every held entry has a larger term.
     pub fn end_offset_for_term(&self, term: u64) -> Result<Option<EpochEnd>> {
-        positions::end_offset_for_term(&self.shared.snapshot(), term, self.next_offset())
+        self.rereading(|segments| {
+            positions::end_offset_for_term(segments, term, self.next_offset())
+        })
     }
 
     /// The first position of every term the log holds, ascending.
     pub fn term_starts(&self) -> Result<Vec<RaftPosition>> {
-        positions::term_starts(&self.shared.snapshot())
+        self.rereading(positions::term_starts)
     }
 
     /// Streams entries from Raft index `from_index` on (for catch-up): each
@@ -218,5 +240,17 @@ impl LogReader {
 
     pub fn budget(&self) -> &FileBudget {
         &self.shared.budget
+    }
+
+    /// `lookup` over the current segment list, taken again when a
+    /// compaction swap replaced a segment under it.
+    fn rereading<T>(&self, lookup: impl Fn(&[Arc<Segment>]) -> Result<T>) -> Result<T> {
+        let mut attempts = 0;
+        loop {
+            match lookup(&self.shared.snapshot()) {
+                Err(WalError::SegmentReplaced { .. }) if reread(attempts) => attempts += 1,
+                other => return other,
+            }
+        }
     }
 }

@@ -298,6 +298,25 @@ fn damaged(report: &mut Recovery, dir: &Path, base: i64, position: u64, reason: 
     });
 }
 
+/// The segment a compaction swap just put in place under an open log,
+/// checked as a sealed segment is at open (inconsistency marks it damaged).
+pub(crate) fn load_swapped(dir: &Path, base: i64, interval: u64) -> Result<Segment> {
+    let mut expect = Expect {
+        last: None,
+        next_offset: base,
+    };
+    let mut report = Recovery {
+        next_offset: base,
+        log_start_offset: base,
+        last_position: None,
+        truncated_tail: None,
+        damaged: Vec::new(),
+        scanned_bytes: 0,
+        finished_truncation: false,
+    };
+    load_sealed(dir, base, interval, &mut expect, &mut report)
+}
+
 /// A segment before the checkpoint: checked from its first and last entry
 /// records and file lengths only.
 fn load_sealed(

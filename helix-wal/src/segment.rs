@@ -88,6 +88,10 @@ pub struct Segment {
     /// §5), so the lazy check accepts them and a read in a trailing gap
     /// moves to the next segment.
     may_have_gaps: AtomicBool,
+    /// Replaced by a compaction swap (`replace.rs`): its files are renamed
+    /// away, and the first one's live name now holds the new segment, so
+    /// a reader that still holds it must not open its files by name again.
+    retired: AtomicBool,
 }
 
 /// The published state a segment starts with.
@@ -155,6 +159,7 @@ impl Segment {
             }),
             last_used: AtomicU64::new(0),
             may_have_gaps: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -166,6 +171,37 @@ impl Segment {
 
     pub fn may_have_gaps(&self) -> bool {
         self.may_have_gaps.load(Ordering::Acquire)
+    }
+
+    /// Marks the segment replaced by a compaction swap, before its files
+    /// are renamed (see `retired`); `false` undoes it when the swap rolled
+    /// back.
+    pub fn set_retired(&self, retired: bool) {
+        self.retired.store(retired, Ordering::SeqCst);
+    }
+
+    /// Whether a file of this segment opened by name may be another
+    /// segment's; checked after the open (see `set_retired`).
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::SeqCst)
+    }
+
+    /// The error a reader of a retired segment gets: read again from a
+    /// fresh segment list.
+    pub fn replaced(&self) -> WalError {
+        WalError::SegmentReplaced {
+            base_offset: self.base_offset,
+        }
+    }
+
+    /// A file of this segment could not be opened by name: renamed away
+    /// by a compaction swap, or a real I/O error.
+    pub fn open_failed(&self, op: &'static str, e: std::io::Error) -> WalError {
+        if self.is_retired() {
+            self.replaced()
+        } else {
+            WalError::io(op, &self.log_path, e)
+        }
     }
 
     pub fn log_path(&self) -> &Path {
@@ -308,8 +344,12 @@ impl Segment {
         let data = if len == 0 {
             Bytes::new()
         } else {
-            let file = File::open(&self.log_path)
-                .map_err(|e| WalError::io("open segment", &self.log_path, e))?;
+            let file =
+                File::open(&self.log_path).map_err(|e| self.open_failed("open segment", e))?;
+            // Opened by name after a swap renamed it: maybe the new file.
+            if self.is_retired() {
+                return Err(self.replaced());
+            }
             let file_len = file
                 .metadata()
                 .map_err(|e| WalError::io("stat segment", &self.log_path, e))?
@@ -335,6 +375,10 @@ impl Segment {
                 crate::index::build_index(&data, self.base_offset, self.index_interval)
             }
         };
+        // The index, too, was opened by name.
+        if self.is_retired() {
+            return Err(self.replaced());
+        }
         Ok(SealedView { data, index })
     }
 

@@ -65,6 +65,24 @@ impl Shared {
     }
 }
 
+/// Times a read starts again after a compaction swap replaced a segment
+/// it was reading. The swap marks the old segments before it moves their
+/// files and publishes the new list after (a few fsyncs later), so a read
+/// that meets one waits for the list, 1 ms at a time, at most ~10 s.
+const MAX_REREADS: usize = 10_000;
+
+/// Whether a read that met a replaced segment (attempt `attempt`) starts
+/// again; pauses first once the immediate retries are spent.
+pub(crate) fn reread(attempt: usize) -> bool {
+    if attempt >= MAX_REREADS {
+        return false;
+    }
+    if attempt >= 2 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    true
+}
+
 /// A Raft position readers load without a lock (a sequence lock: stores
 /// must be serialized by the caller; loads retry while a store is under way).
 #[derive(Debug, Default)]

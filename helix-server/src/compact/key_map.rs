@@ -71,15 +71,18 @@ impl KeyMap {
     }
 
     /// Distinct keys held.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn len(&self) -> usize {
         self.latest.len()
     }
 
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn is_empty(&self) -> bool {
         self.latest.is_empty()
     }
 
     /// Most distinct keys this map may hold.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn max_keys(&self) -> usize {
         self.max_keys
     }

@@ -1,9 +1,11 @@
-//! One cleaning pass over a closed partition log (ADR 0027): the whole
-//! data flow of compaction, from the WAL's entries through the key map and
-//! the cleaning step to cleaned segments swapped in. The online cleaner
-//! does the same with the log open (the segment list swapped under the
-//! readers, step 2's `replace_segments`); this offline form is what the
-//! tests drive today and what a tool could run on a stopped broker.
+//! One cleaning pass over a partition log (ADR 0027): the whole data flow
+//! of compaction, from the WAL's entries through the key map and the
+//! cleaning step to cleaned segments. [`prepare`] reads through a
+//! `LogReader` and writes the `.cleaned` files beside a live log (the
+//! background cleaner, `cleaner.rs`, then has the replica's writer swap
+//! them in with `PartitionLog::replace_segments`); [`clean_closed_log`]
+//! does the whole pass on a closed log (tests, or a tool on a stopped
+//! broker).
 //!
 //! Order of the durable steps: the cleaned segments are written beside
 //! the old ones; the cleaner checkpoint (which lets the segments below it
@@ -13,7 +15,7 @@
 
 use std::path::Path;
 
-use helix_wal::{LogConfig, PartitionLog, SegmentInfo, SegmentRewrite, SwapIntent};
+use helix_wal::{LogConfig, LogReader, PartitionLog, SegmentInfo, SegmentRewrite, SwapIntent};
 
 use super::clean::{CleanStats, Cleaner, DerivedState, Horizons, MapBuilder, Mapped};
 use super::key_map::KeyMap;
@@ -43,9 +45,37 @@ pub struct PassOutcome {
     pub stats: CleanStats,
 }
 
+/// A pass planned and written, not yet swapped in: its `.cleaned` files
+/// sit beside the segments they replace.
+#[derive(Debug)]
+pub struct Prepared {
+    pub outcome: PassOutcome,
+    /// One swap per group of segments, in offset order.
+    pub intents: Vec<SwapIntent>,
+}
+
+/// What a pass needs of the log's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct LogShape {
+    /// `segment.bytes`: a group's segments add up to at most this.
+    pub segment_bytes: u64,
+    pub index_interval_bytes: u64,
+}
+
+impl From<&LogConfig> for LogShape {
+    fn from(c: &LogConfig) -> Self {
+        LogShape {
+            segment_bytes: c.segment_bytes,
+            index_interval_bytes: c.index_interval_bytes,
+        }
+    }
+}
+
 /// Cleans the sealed segments of the closed log in `dir` below `upper`
 /// (the least of the LSO and the high watermark; the active segment is
 /// never touched). None when nothing is cleanable.
+// A tool's entry (and the tests'): the broker cleans live logs.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn clean_closed_log(
     dir: &Path,
     config: &LogConfig,
@@ -54,7 +84,66 @@ pub fn clean_closed_log(
     derived: &DerivedState<'_>,
 ) -> Result<Option<PassOutcome>> {
     let (log, _) = PartitionLog::open(dir, config.clone())?;
-    let reader = log.reader();
+    let prepared = prepare(
+        &log.reader(),
+        config.into(),
+        upper,
+        settings,
+        derived,
+        &mut |_| {},
+    )?;
+    log.close()?;
+    let Some(prepared) = prepared else {
+        return Ok(None);
+    };
+    helix_wal::write_cleaner_checkpoint(dir, prepared.outcome.cleaned_below)?;
+    for intent in &prepared.intents {
+        helix_wal::commit_swap(dir, intent)?;
+    }
+    Ok(Some(prepared.outcome))
+}
+
+/// Plans a pass over the log `reader` reads (open or closed) and writes
+/// its cleaned segments: everything but the swap, so it runs beside the
+/// log's writer. `throttle` is told every byte read and written (the
+/// cleaner's rate limit). On an error the `.cleaned` files written so far
+/// are removed.
+pub fn prepare(
+    reader: &LogReader,
+    shape: LogShape,
+    upper: i64,
+    settings: &PassSettings,
+    derived: &DerivedState<'_>,
+    throttle: &mut dyn FnMut(u64),
+) -> Result<Option<Prepared>> {
+    let mut written = Vec::new();
+    let prepared = write_pass(
+        reader,
+        shape,
+        upper,
+        settings,
+        derived,
+        throttle,
+        &mut written,
+    );
+    if prepared.is_err() {
+        for base in written {
+            let _ = helix_wal::discard_cleaned(reader.dir(), base);
+        }
+    }
+    prepared
+}
+
+fn write_pass(
+    reader: &LogReader,
+    shape: LogShape,
+    upper: i64,
+    settings: &PassSettings,
+    derived: &DerivedState<'_>,
+    throttle: &mut dyn FnMut(u64),
+    written: &mut Vec<i64>,
+) -> Result<Option<Prepared>> {
+    let dir = reader.dir();
     let segments = reader.segments();
     let Some(active) = segments.last() else {
         return Ok(None);
@@ -74,6 +163,10 @@ pub fn clean_closed_log(
         if entry.next_offset <= first_dirty {
             continue;
         }
+        if entry.first_offset >= upper {
+            break;
+        }
+        throttle(entry.batches.len() as u64);
         if !builder.feed(&entry.batches)? {
             break;
         }
@@ -100,7 +193,7 @@ pub fn clean_closed_log(
     };
     let mut cleaner = Cleaner::new(&map, &horizons, derived);
     let mut intents: Vec<SwapIntent> = Vec::new();
-    for group in groups(&chosen, config.segment_bytes) {
+    for group in groups(&chosen, shape.segment_bytes) {
         let base = group[0].base_offset;
         // By Raft index, not offset: an empty entry at a segment's end has
         // the next segment's base as its offsets.
@@ -110,7 +203,8 @@ pub fn clean_closed_log(
             .filter(|s| s.base_offset > after)
             .find_map(|s| s.first_index)
             .unwrap_or(u64::MAX);
-        let mut rewrite = SegmentRewrite::create(dir, base, config.index_interval_bytes)?;
+        written.push(base);
+        let mut rewrite = SegmentRewrite::create(dir, base, shape.index_interval_bytes)?;
         let mut stream = reader.entries_from(first_index_at(&segments, base));
         while let Some(entry) = stream.next_stored() {
             let entry = entry?;
@@ -118,25 +212,23 @@ pub fn clean_closed_log(
                 break;
             }
             let cleaned = cleaner.clean(&entry.batches)?.concat();
+            throttle((entry.batches.len() + cleaned.len()) as u64);
             rewrite.push_entry(entry.pos, entry.first_offset, entry.next_offset, &cleaned)?;
         }
         intents.push(rewrite.finish(group.iter().map(|s| s.base_offset).collect())?);
     }
     let bytes_before = chosen.iter().map(|s| s.bytes).sum();
     let bytes_after = intents.iter().map(|i| i.log_len).sum();
-    drop(reader);
-    log.close()?;
-    helix_wal::write_cleaner_checkpoint(dir, cleaned_below)?;
-    for intent in &intents {
-        helix_wal::commit_swap(dir, intent)?;
-    }
-    Ok(Some(PassOutcome {
-        mapped,
-        cleaned_below,
-        segments_replaced: chosen.len(),
-        bytes_before,
-        bytes_after,
-        stats: cleaner.stats,
+    Ok(Some(Prepared {
+        outcome: PassOutcome {
+            mapped,
+            cleaned_below,
+            segments_replaced: chosen.len(),
+            bytes_before,
+            bytes_after,
+            stats: cleaner.stats,
+        },
+        intents,
     }))
 }
 

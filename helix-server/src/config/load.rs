@@ -40,6 +40,18 @@ struct FileConfig {
     connections_max_idle_ms: Option<u64>,
     queued_max_request_bytes: Option<usize>,
     scrub_bytes_per_second: Option<u64>,
+    log_cleaner_enable: Option<bool>,
+    log_cleaner_threads: Option<usize>,
+    log_cleaner_dedupe_buffer_size: Option<usize>,
+    log_cleaner_io_buffer_load_factor: Option<f64>,
+    log_cleaner_io_buffer_size: Option<usize>,
+    log_cleaner_io_max_bytes_per_second: Option<f64>,
+    log_cleaner_backoff_ms: Option<u64>,
+    log_cleanup_policy: Option<String>,
+    log_cleaner_min_cleanable_ratio: Option<f64>,
+    log_cleaner_delete_retention_ms: Option<i64>,
+    log_cleaner_min_compaction_lag_ms: Option<i64>,
+    log_cleaner_max_compaction_lag_ms: Option<i64>,
     max_connections_per_ip: Option<usize>,
     max_connections_per_ip_overrides: Option<String>,
     group_coordinator_partitions: Option<u32>,
@@ -186,6 +198,25 @@ impl Config {
         );
         set_txn!(transaction_snapshot_after_records, snapshot_after_records);
         set_txn!(transaction_state_log_segment_bytes, segment_bytes);
+        macro_rules! set_cleaner {
+            ($flag:ident, $field:ident) => {
+                if let Some(v) = flags.$flag.or(file.$flag) {
+                    c.cleaner.$field = v;
+                }
+            };
+        }
+        set_cleaner!(log_cleaner_enable, enable);
+        set_cleaner!(log_cleaner_threads, threads);
+        set_cleaner!(log_cleaner_dedupe_buffer_size, dedupe_buffer_size);
+        set_cleaner!(log_cleaner_io_buffer_load_factor, io_buffer_load_factor);
+        set_cleaner!(log_cleaner_io_buffer_size, io_buffer_size);
+        set_cleaner!(log_cleaner_io_max_bytes_per_second, io_max_bytes_per_second);
+        set_cleaner!(log_cleaner_backoff_ms, backoff_ms);
+        set_cleaner!(log_cleanup_policy, cleanup_policy);
+        set_cleaner!(log_cleaner_min_cleanable_ratio, min_cleanable_ratio);
+        set_cleaner!(log_cleaner_delete_retention_ms, delete_retention_ms);
+        set_cleaner!(log_cleaner_min_compaction_lag_ms, min_compaction_lag_ms);
+        set_cleaner!(log_cleaner_max_compaction_lag_ms, max_compaction_lag_ms);
         c.log_level = flags.log_level.or(file.log_level);
         if let Some(us) = flags.batch_linger_us.or(file.batch_linger_us) {
             c.batch_linger = Duration::from_micros(us);
@@ -278,6 +309,7 @@ impl Config {
         }
         self.groups.validate().map_err(HelixError::Config)?;
         self.transactions.validate().map_err(HelixError::Config)?;
+        self.cleaner.validate().map_err(HelixError::Config)?;
         Ok(())
     }
 }

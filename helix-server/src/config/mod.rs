@@ -11,11 +11,13 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use serde::Deserialize;
 
+mod cleaner;
 mod groups;
 mod identity;
 mod load;
 pub mod members;
 mod transactions;
+pub use cleaner::{CleanerConfig, CleanupPolicy};
 pub use groups::GroupConfig;
 pub use members::{Members, NodeSpec};
 pub use transactions::TxnConfig;
@@ -176,6 +178,44 @@ pub struct Flags {
     /// for this long is closed.
     #[arg(long)]
     pub connections_max_idle_ms: Option<u64>,
+    /// Log cleaner: clean compacted topics (`log.cleaner.enable`).
+    #[arg(long)]
+    pub log_cleaner_enable: Option<bool>,
+    /// Log cleaner: partitions cleaned at once (`log.cleaner.threads`).
+    #[arg(long)]
+    pub log_cleaner_threads: Option<usize>,
+    /// Log cleaner: key map bytes, all threads (`log.cleaner.dedupe.buffer.size`).
+    #[arg(long)]
+    pub log_cleaner_dedupe_buffer_size: Option<usize>,
+    /// Log cleaner: how full the key map may get
+    /// (`log.cleaner.io.buffer.load.factor`).
+    #[arg(long)]
+    pub log_cleaner_io_buffer_load_factor: Option<f64>,
+    /// Log cleaner: read buffer bytes (`log.cleaner.io.buffer.size`).
+    #[arg(long)]
+    pub log_cleaner_io_buffer_size: Option<usize>,
+    /// Log cleaner: bytes read and written per second, all threads
+    /// (`log.cleaner.io.max.bytes.per.second`; default unlimited).
+    #[arg(long)]
+    pub log_cleaner_io_max_bytes_per_second: Option<f64>,
+    /// Log cleaner: pause when nothing needs cleaning (`log.cleaner.backoff.ms`).
+    #[arg(long)]
+    pub log_cleaner_backoff_ms: Option<u64>,
+    /// Default `cleanup.policy` of a topic (`log.cleanup.policy`).
+    #[arg(long)]
+    pub log_cleanup_policy: Option<String>,
+    /// Default `min.cleanable.dirty.ratio` (`log.cleaner.min.cleanable.ratio`).
+    #[arg(long)]
+    pub log_cleaner_min_cleanable_ratio: Option<f64>,
+    /// Default `delete.retention.ms` (`log.cleaner.delete.retention.ms`).
+    #[arg(long)]
+    pub log_cleaner_delete_retention_ms: Option<i64>,
+    /// Default `min.compaction.lag.ms` (`log.cleaner.min.compaction.lag.ms`).
+    #[arg(long)]
+    pub log_cleaner_min_compaction_lag_ms: Option<i64>,
+    /// Default `max.compaction.lag.ms` (`log.cleaner.max.compaction.lag.ms`).
+    #[arg(long)]
+    pub log_cleaner_max_compaction_lag_ms: Option<i64>,
     /// Kafka's max.connections.per.ip.
     #[arg(long)]
     pub max_connections_per_ip: Option<usize>,
@@ -345,6 +385,8 @@ pub struct Config {
     pub groups: GroupConfig,
     /// The transaction coordinator's settings (defaults in `TxnConfig`).
     pub transactions: TxnConfig,
+    /// The log cleaner's settings (defaults in `CleanerConfig`).
+    pub cleaner: CleanerConfig,
     /// Shard threads driving the Raft groups (default: one per core).
     pub shards: usize,
     /// Length of a Raft tick (default 50 ms).
@@ -410,6 +452,7 @@ impl Default for Config {
             max_connections_per_ip_overrides: std::collections::HashMap::new(),
             groups: GroupConfig::default(),
             transactions: TxnConfig::default(),
+            cleaner: CleanerConfig::default(),
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
             raft_tick: Duration::from_millis(50),
             raft_election_ticks: 10,

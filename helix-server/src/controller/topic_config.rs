@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::Config;
+use crate::config::{CleanupPolicy, Config};
 use crate::error::{HelixError, Result};
 use crate::replica::recompress::TopicCompression;
 
@@ -39,6 +39,10 @@ pub enum ConfigKind {
     /// Applied: an integer in `min..=max`, or exactly `or` when given
     /// (Kafka's compression level validators).
     Range { min: i64, max: i64, or: Option<i64> },
+    /// Applied: a list of `compact` and `delete` (`cleanup.policy`).
+    Policy,
+    /// Applied: a fraction in `[0, 1]` (`min.cleanable.dirty.ratio`).
+    Fraction,
     /// Known to Kafka, not applied by Helix: only Kafka's default value is
     /// accepted, so a topic never claims a behaviour it does not have.
     KafkaDefaultOnly,
@@ -82,20 +86,21 @@ const fn def(
     }
 }
 
-use ConfigKind::{Choice, Ignored, KafkaDefaultOnly as Fixed, Long, Range};
+use ConfigKind::{Choice, Fraction, Ignored, KafkaDefaultOnly as Fixed, Long, Policy, Range};
 use ConfigType as T;
 
 const LONG_MAX: &str = "9223372036854775807";
 
 /// Every topic config of Kafka 3.9, sorted by name (the order
 /// DescribeConfigs answers in). The applied ones take effect: retention in
-/// the retention sweep; segment.bytes, segment.ms and index.interval.bytes
+/// the retention sweep (when `cleanup.policy` has `delete`); the
+/// compaction settings in the log cleaner (ADR 0027); segment.bytes, segment.ms and index.interval.bytes
 /// in the WAL's segments; max.message.bytes, message.timestamp.type and the
 /// timestamp bounds on produce; min.insync.replicas up to the majority of
 /// the replicas, which Raft's acknowledgement rule always meets (ADR 0014).
 /// docs/configuration.md has the table.
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
-    def("cleanup.policy", Choice(&["delete"]), "delete", T::List),
+    def("cleanup.policy", Policy, "delete", T::List),
     def(
         "compression.gzip.level",
         Range {
@@ -132,7 +137,7 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         "3",
         T::Int,
     ),
-    def("delete.retention.ms", Fixed, "86400000", T::Long),
+    def("delete.retention.ms", Long { min: 0 }, "86400000", T::Long),
     def("file.delete.delay.ms", Fixed, "60000", T::Long),
     def("flush.messages", Fixed, LONG_MAX, T::Long),
     def("flush.ms", Fixed, LONG_MAX, T::Long),
@@ -146,7 +151,7 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     def("leader.replication.throttled.replicas", Fixed, "", T::List),
     def("local.retention.bytes", Fixed, "-2", T::Long),
     def("local.retention.ms", Fixed, "-2", T::Long),
-    def("max.compaction.lag.ms", Fixed, LONG_MAX, T::Long),
+    def("max.compaction.lag.ms", Long { min: 1 }, LONG_MAX, T::Long),
     def("max.message.bytes", Long { min: 0 }, "1048588", T::Int),
     // Down-conversion serves Fetch v0-v3, which Helix does not serve.
     def(
@@ -187,8 +192,8 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         "CreateTime",
         T::String,
     ),
-    def("min.cleanable.dirty.ratio", Fixed, "0.5", T::Double),
-    def("min.compaction.lag.ms", Fixed, "0", T::Long),
+    def("min.cleanable.dirty.ratio", Fraction, "0.5", T::Double),
+    def("min.compaction.lag.ms", Long { min: 0 }, "0", T::Long),
     def("min.insync.replicas", Long { min: 1 }, "1", T::Int),
     def("preallocate", Fixed, "false", T::Boolean),
     def("remote.log.copy.disable", Fixed, "false", T::Boolean),
@@ -234,6 +239,11 @@ pub fn default_value(
         "max.message.bytes" => from_broker(broker.max_message_bytes.to_string()),
         "retention.bytes" => from_broker(broker.retention_bytes.to_string()),
         "retention.ms" => from_broker(broker.retention_ms.to_string()),
+        "cleanup.policy" => from_broker(broker.cleaner.cleanup_policy.clone()),
+        "min.cleanable.dirty.ratio" => from_broker(broker.cleaner.min_cleanable_ratio.to_string()),
+        "delete.retention.ms" => from_broker(broker.cleaner.delete_retention_ms.to_string()),
+        "min.compaction.lag.ms" => from_broker(broker.cleaner.min_compaction_lag_ms.to_string()),
+        "max.compaction.lag.ms" => from_broker(broker.cleaner.max_compaction_lag_ms.to_string()),
         _ => (def.kafka_default.to_string(), ConfigSource::Default),
     }
 }
@@ -292,6 +302,29 @@ pub fn validate(name: &str, value: &str) -> Result<String> {
                 "{name}: Value must be between {min} and {max}{also}"
             )))
         }
+        ConfigKind::Policy => match CleanupPolicy::parse(v) {
+            Some(_) => Ok(v
+                .split(',')
+                .map(str::trim)
+                .filter(|i| !i.is_empty())
+                .collect::<Vec<_>>()
+                .join(",")),
+            None => Err(HelixError::InvalidConfig(format!(
+                "Invalid value {v} for configuration {name}: String must be one of: compact, delete"
+            ))),
+        },
+        ConfigKind::Fraction => match v.parse::<f64>() {
+            Ok(x) if (0.0..=1.0).contains(&x) => Ok(x.to_string()),
+            Ok(x) if x < 0.0 => Err(HelixError::InvalidConfig(format!(
+                "Invalid value {v} for configuration {name}: Value must be at least 0.0"
+            ))),
+            Ok(_) => Err(HelixError::InvalidConfig(format!(
+                "Invalid value {v} for configuration {name}: Value must be no more than 1.0"
+            ))),
+            Err(_) => Err(HelixError::InvalidConfig(format!(
+                "{name}: {value:?} is not a number"
+            ))),
+        },
         ConfigKind::Choice(words) => {
             if words.contains(&v) {
                 Ok(v.to_string())
@@ -387,15 +420,37 @@ pub fn check_replication(
 
 /// Validates a whole set of overrides.
 pub fn validate_all(configs: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>> {
-    configs
+    let valid: BTreeMap<String, String> = configs
         .iter()
         .map(|(k, v)| Ok((k.clone(), validate(k, v)?)))
-        .collect()
+        .collect::<Result<_>>()?;
+    // Kafka's `LogConfig.validateValues`.
+    let lag = |name: &str, default: i64| {
+        valid
+            .get(name)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(default)
+    };
+    let (min, max) = (
+        lag("min.compaction.lag.ms", 0),
+        lag("max.compaction.lag.ms", i64::MAX),
+    );
+    if min > max {
+        return Err(HelixError::InvalidConfig(format!(
+            "conflict topic config setting min.compaction.lag.ms ({min}) > max.compaction.lag.ms ({max})"
+        )));
+    }
+    Ok(valid)
 }
 
 /// The values the data path uses, resolved from overrides and defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EffectiveConfig {
+    /// cleanup.policy: `delete` runs retention, `compact` the cleaner.
+    pub cleanup: CleanupPolicy,
+    /// min.cleanable.dirty.ratio, min/max.compaction.lag.ms and
+    /// delete.retention.ms: what the cleaner reads (ADR 0027).
+    pub compaction: CompactionSettings,
     pub max_message_bytes: i32,
     pub retention_ms: i64,
     pub retention_bytes: i64,
@@ -413,6 +468,15 @@ pub struct EffectiveConfig {
     pub compression: TopicCompression,
 }
 
+/// A topic's compaction settings, resolved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompactionSettings {
+    pub min_cleanable_ratio: f64,
+    pub min_compaction_lag_ms: i64,
+    pub max_compaction_lag_ms: i64,
+    pub delete_retention_ms: i64,
+}
+
 impl EffectiveConfig {
     pub fn resolve(overrides: &BTreeMap<String, String>, broker: &Config) -> EffectiveConfig {
         let value = |name: &str| -> String {
@@ -424,6 +488,18 @@ impl EffectiveConfig {
         let difference = long("message.timestamp.difference.max.ms");
         let or_difference = |v: i64| if v == i64::MAX { difference } else { v };
         EffectiveConfig {
+            cleanup: CleanupPolicy::parse(&value("cleanup.policy")).unwrap_or(CleanupPolicy {
+                compact: false,
+                delete: true,
+            }),
+            compaction: CompactionSettings {
+                min_cleanable_ratio: value("min.cleanable.dirty.ratio")
+                    .parse::<f64>()
+                    .unwrap_or(0.5),
+                min_compaction_lag_ms: long("min.compaction.lag.ms"),
+                max_compaction_lag_ms: long("max.compaction.lag.ms"),
+                delete_retention_ms: long("delete.retention.ms"),
+            },
             max_message_bytes: long("max.message.bytes").clamp(0, i64::from(i32::MAX)) as i32,
             retention_ms: long("retention.ms"),
             retention_bytes: long("retention.bytes"),

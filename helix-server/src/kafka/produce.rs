@@ -69,7 +69,7 @@ const KIP_951_PRODUCE: i16 = 10;
 const NO_APPEND_TIME: i64 = -1;
 
 /// Checks one partition's records against the topic's rules (size, record
-/// timestamps, one batch from v3 on), after converting a Produce v0-v2
+/// timestamps, one batch from v3 on, keys on a compacted topic), after converting a Produce v0-v2
 /// legacy message set to a v2 batch, and, for a LogAppendTime topic, stamps
 /// this broker's time into each batch and notes it in `append_time`.
 fn accept(
@@ -106,6 +106,11 @@ fn accept(
         batch::validate(records, topic.max_message_bytes, bounds)?
     };
     let mut batches = one_batch(valid, version)?;
+    if topic.cleanup.compact {
+        for b in &batches {
+            batch::require_keys(&b.bytes)?;
+        }
+    }
     if topic.log_append_time {
         for b in &mut batches {
             b.bytes = batch::stamp_log_append_time(&b.bytes, now)?;

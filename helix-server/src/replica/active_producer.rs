@@ -16,3 +16,14 @@ pub struct ActiveProducer {
     /// The first offset of its open transaction (None: none open).
     pub txn_start_offset: Option<i64>,
 }
+
+/// Where a producer's last batch is, for the compacting cleaner (ADR 0027
+/// §6): that batch keeps the producer's state in the log, so it is kept,
+/// emptied if all its records go (Kafka's `isBatchLastRecordOfProducer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerLastBatch {
+    pub producer_id: i64,
+    /// Last offset of its last data batch; None when it wrote only markers.
+    pub last_data_offset: Option<i64>,
+    pub epoch: i16,
+}

@@ -135,15 +135,11 @@ fn validate_batches(
     Ok(out)
 }
 
-/// message.timestamp.type=LogAppendTime: a copy of `batch` carrying the
-/// broker's time `now_ms` (only such topics pay the copy and the CRC).
 /// Refuses a batch holding a record without a key, for a topic whose
 /// `cleanup.policy` includes `compact` (Kafka's `LogValidator`:
 /// INVALID_RECORD, "Compacted topic cannot accept message without key").
 /// Walks the records as a stream, nothing kept. Control batches carry
 /// keys of their own and are not checked (clients may not send them).
-// Called by the produce path once compacted topics are accepted (ADR 0027).
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn require_keys(batch: &[u8]) -> Result<()> {
     let mut keyless = None;
     super::records::walk(batch, |r| {
@@ -160,6 +156,8 @@ pub fn require_keys(batch: &[u8]) -> Result<()> {
     }
 }
 
+/// message.timestamp.type=LogAppendTime: a copy of `batch` carrying the
+/// broker's time `now_ms` (only such topics pay the copy and the CRC).
 pub fn stamp_log_append_time(batch: &[u8], now_ms: i64) -> Result<Bytes> {
     let mut b = batch.to_vec();
     helix_wal::batch::set_log_append_time(&mut b, now_ms)

@@ -13,6 +13,7 @@ pub mod active_producer;
 mod answers;
 pub mod apply;
 pub mod batch;
+pub mod compaction;
 pub mod entry;
 pub mod internal;
 pub mod internal_queue;

@@ -94,7 +94,7 @@ impl Partition {
     /// A read failed: if its bytes are damaged, the replica stops taking
     /// writes (acknowledging past damage would hand out offsets no one can
     /// read), says so once, and counts it.
-    fn found(&self, e: helix_wal::WalError) -> HelixError {
+    pub(crate) fn found(&self, e: helix_wal::WalError) -> HelixError {
         if let helix_wal::WalError::Corrupt {
             file,
             position,

@@ -8,6 +8,7 @@
 //! A proposal is matched to the entry applied at its index only if that
 //! entry carries the term it was proposed in (docs/raft.md).
 
+mod compact;
 mod propose;
 mod publish;
 mod stored;
@@ -170,6 +171,16 @@ impl PartitionState {
                 let _ = reply.send(self.producers.active());
             }
             Work::Control(PartitionCommand::Retention { now_ms }) => self.retention(now_ms),
+            Work::Control(PartitionCommand::ProducerLastBatches { reply }) => {
+                let _ = reply.send(self.producers.last_batches());
+            }
+            Work::Control(PartitionCommand::SwapCleaned {
+                cleaned_below,
+                intents,
+                reply,
+            }) => {
+                let _ = reply.send(self.swap_cleaned(cleaned_below, &intents));
+            }
         }
         true
     }

@@ -96,6 +96,10 @@ impl Segment {
         };
         let path = crate::entry_index::path_for(&self.dir, self.base_offset);
         let file = File::open(&path).map_err(|e| WalError::io("open entry index", &path, e))?;
+        // Opened by name after a swap renamed it: maybe the new file.
+        if self.is_retired() {
+            return Err(self.replaced());
+        }
         let mut next = self.base_offset;
         let mut end = 0u64;
         for slot in 0..count {

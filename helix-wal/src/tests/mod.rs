@@ -5,5 +5,6 @@ mod basic;
 mod compaction;
 mod errors;
 mod model;
+mod replace;
 mod stored;
 mod support;

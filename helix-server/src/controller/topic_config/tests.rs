@@ -5,7 +5,7 @@ fn known_configs_are_validated_and_unknown_refused() {
     assert_eq!(validate("retention.ms", " 1000 ").expect("valid"), "1000");
     assert!(validate("retention.ms", "-2").is_err());
     assert!(validate("retention.ms", "soon").is_err());
-    assert!(validate("cleanup.policy", "compact").is_err());
+    assert!(validate("cleanup.policy", "compacted").is_err());
     assert!(validate("no.such.config", "1").is_err());
     assert!(validate("min.insync.replicas", "0").is_err());
     assert!(validate("segment.bytes", "4294967296").is_err(), "an int");
@@ -84,11 +84,62 @@ fn configs_helix_does_not_apply_take_only_kafkas_default() {
         validate("flush.ms", " 9223372036854775807").expect("same"),
         "9223372036854775807"
     );
+    assert!(validate("preallocate", "true").is_err());
+}
+
+#[test]
+fn compaction_configs_are_validated_as_kafka_39_does() {
     assert_eq!(
-        validate("min.cleanable.dirty.ratio", "0.50").expect("same"),
+        validate("cleanup.policy", "compact").expect("valid"),
+        "compact"
+    );
+    assert_eq!(
+        validate("cleanup.policy", " compact , delete ").expect("valid"),
+        "compact,delete"
+    );
+    assert_eq!(
+        validate("cleanup.policy", "delete").expect("valid"),
+        "delete"
+    );
+    let err = validate("cleanup.policy", "compact,shred")
+        .expect_err("not a policy")
+        .to_string();
+    assert!(
+        err.contains("String must be one of: compact, delete"),
+        "{err}"
+    );
+    assert_eq!(
+        validate("min.cleanable.dirty.ratio", "0.50").expect("valid"),
         "0.5"
     );
-    assert!(validate("preallocate", "true").is_err());
+    assert!(validate("min.cleanable.dirty.ratio", "0").is_ok());
+    assert!(validate("min.cleanable.dirty.ratio", "1.5").is_err());
+    assert!(validate("min.cleanable.dirty.ratio", "-0.1").is_err());
+    assert!(validate("delete.retention.ms", "0").is_ok());
+    assert!(validate("delete.retention.ms", "-1").is_err());
+    assert!(validate("min.compaction.lag.ms", "-1").is_err());
+    assert!(validate("max.compaction.lag.ms", "0").is_err());
+    let lags = |min: &str, max: &str| {
+        BTreeMap::from([
+            ("min.compaction.lag.ms".to_string(), min.to_string()),
+            ("max.compaction.lag.ms".to_string(), max.to_string()),
+        ])
+    };
+    assert!(validate_all(&lags("10", "20")).is_ok());
+    let err = validate_all(&lags("30", "20"))
+        .expect_err("min above max")
+        .to_string();
+    assert!(err.contains("conflict topic config setting"), "{err}");
+
+    let broker = Config::default();
+    let compacted = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
+    let e = EffectiveConfig::resolve(&compacted, &broker);
+    assert!(e.cleanup.compact && !e.cleanup.delete);
+    assert_eq!(e.compaction.min_cleanable_ratio, 0.5);
+    assert_eq!(e.compaction.delete_retention_ms, 86_400_000);
+    assert_eq!(e.compaction.max_compaction_lag_ms, i64::MAX);
+    let e = EffectiveConfig::resolve(&BTreeMap::new(), &broker);
+    assert!(!e.cleanup.compact && e.cleanup.delete);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! `UnifiedLog.activeProducers`. A read of the table, changing nothing.
 
 use super::ProducerTable;
-pub use crate::replica::active_producer::ActiveProducer;
+pub use crate::replica::active_producer::{ActiveProducer, ProducerLastBatch};
 
 /// Kafka's "no sequence" (`RecordBatch.NO_SEQUENCE`): a producer known
 /// only from a marker has none.
@@ -30,6 +30,22 @@ impl ProducerTable {
             .collect();
         out.sort_by_key(|p| p.producer_id);
         out
+    }
+
+    /// Every producer the table holds, with where its last data batch
+    /// ends (what a compaction pass must keep, ADR 0027 §6).
+    pub fn last_batches(&self) -> Vec<ProducerLastBatch> {
+        self.producers
+            .iter()
+            .map(|(&producer_id, s)| ProducerLastBatch {
+                producer_id,
+                last_data_offset: s
+                    .recent
+                    .back()
+                    .map(|b| b.base_offset + i64::from(b.last_seq.wrapping_sub(b.first_seq))),
+                epoch: s.epoch,
+            })
+            .collect()
     }
 }
 
