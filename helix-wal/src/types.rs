@@ -9,6 +9,15 @@ pub struct RaftPosition {
     pub index: u64,
 }
 
+/// A DeleteRecords Raft entry this log applied, kept for catch-up
+/// (`log/delete_records.rs`): it moved the log start to `offset` (at
+/// least) and is the last to raise the largest offset asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteRecordsEntry {
+    pub index: u64,
+    pub offset: i64,
+}
+
 /// How much of an entry `append` checks before writing it.
 ///
 /// Structure is always checked: every batch whole, magic 2, its declared

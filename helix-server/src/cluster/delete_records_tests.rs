@@ -1,0 +1,102 @@
+//! DeleteRecords reaching a follower caught up from the leader's WAL: the
+//! entry moves the log start on every replica, so a follower that was cut
+//! off while it was applied must end with the leader's log start and never
+//! serve the deleted records, as leader or after a restart.
+
+use std::sync::atomic::Ordering;
+
+use super::harness::{TestCluster, leader_of, produce, wait_until};
+use crate::broker::Broker;
+use crate::offset::Offset;
+
+fn replica(b: &Broker) -> Option<std::sync::Arc<crate::replica::Partition>> {
+    b.topic("d").and_then(|t| t.local(0).ok().cloned())
+}
+
+fn log_end(b: &Broker) -> i64 {
+    replica(b).map_or(-1, |p| p.log_end_offset().0)
+}
+
+fn log_start(b: &Broker) -> i64 {
+    replica(b).map_or(-1, |p| p.log_start_offset().0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_caught_up_from_the_wal_takes_the_deleted_log_start() {
+    let mut c = TestCluster::start_with(3, false).await;
+    c.broker(1)
+        .admin
+        .create_topic("d", 1, 3, None, Default::default(), false)
+        .await
+        .expect("created");
+    wait_until("a leader", || leader_of(c.broker(1), "d", 0).is_some()).await;
+    let leader = leader_of(c.broker(1), "d", 0).expect("leader");
+    let ids = c.ids();
+    let behind = *ids.iter().find(|n| **n != leader).expect("follower");
+    let other = *ids
+        .iter()
+        .find(|n| **n != leader && **n != behind)
+        .expect("third");
+    wait_until("every replica open", || {
+        ids.iter().all(|n| log_end(c.broker(*n)) >= 0)
+    })
+    .await;
+
+    c.isolate(behind);
+    for i in 0..10u8 {
+        produce(c.broker(leader), "d", 0, &[&[i]])
+            .await
+            .expect("acked by two");
+    }
+    let moved = replica(c.broker(leader))
+        .expect("leader replica")
+        .delete_records(Offset(6))
+        .await
+        .expect("deleted");
+    assert_eq!(moved, Offset(6));
+    for i in 10..20u8 {
+        produce(c.broker(leader), "d", 0, &[&[i]])
+            .await
+            .expect("acked by two");
+    }
+    // Restarted, both hold nothing of the group's log in memory: the
+    // follower can only be caught up from a WAL.
+    c.restart_with(leader, |_| {}).await;
+    c.restart_with(other, |_| {}).await;
+    wait_until("a leader again", || {
+        leader_of(c.broker(other), "d", 0).is_some_and(|l| l != behind)
+    })
+    .await;
+    let now_leader = leader_of(c.broker(other), "d", 0).expect("leader");
+    assert_eq!(log_start(c.broker(now_leader)), 6);
+
+    let streamed = crate::metrics::metrics()
+        .counters
+        .catch_up_entries
+        .load(Ordering::Relaxed);
+    c.heal();
+    wait_until("the follower to catch up", || {
+        log_end(c.broker(behind)) == 20
+    })
+    .await;
+    let now = crate::metrics::metrics()
+        .counters
+        .catch_up_entries
+        .load(Ordering::Relaxed);
+    assert!(now > streamed, "the entries came from the leader's WAL");
+    assert_eq!(
+        log_start(c.broker(behind)),
+        6,
+        "the follower's log start is the leader's"
+    );
+    // What it would serve as leader: ListOffsets earliest is its log
+    // start, and a fetch below it is out of range.
+    let reader = replica(c.broker(behind)).expect("replica").reader();
+    assert!(reader.read(0, 1 << 20).is_err(), "deleted records served");
+
+    // The moved log start survives the follower's restart.
+    c.restart_with(behind, |_| {}).await;
+    wait_until("the follower reopened", || log_end(c.broker(behind)) == 20).await;
+    assert_eq!(log_start(c.broker(behind)), 6);
+    c.close().await;
+}
