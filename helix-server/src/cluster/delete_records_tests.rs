@@ -100,3 +100,72 @@ async fn a_follower_caught_up_from_the_wal_takes_the_deleted_log_start() {
     assert_eq!(log_start(c.broker(behind)), 6);
     c.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preferred_replica_caught_up_across_delete_records_leads_without_them() {
+    // Leader balancing on: once caught up, the preferred replica takes its
+    // leadership back, so the replica caught up from the WAL is the one
+    // that then answers Fetch and ListOffsets.
+    let mut c = TestCluster::start(3).await;
+    c.broker(1)
+        .admin
+        .create_topic("d", 1, 3, None, Default::default(), false)
+        .await
+        .expect("created");
+    let behind = super::harness::settled_preferred_leader(&c, "d", 0).await;
+    let ids = c.ids();
+    let others: Vec<u64> = ids.iter().copied().filter(|n| *n != behind).collect();
+    wait_until("every replica open", || {
+        ids.iter().all(|n| log_end(c.broker(*n)) >= 0)
+    })
+    .await;
+
+    c.isolate(behind);
+    wait_until("a leader among the others", || {
+        leader_of(c.broker(others[0]), "d", 0).is_some_and(|l| l != behind)
+    })
+    .await;
+    let leader = leader_of(c.broker(others[0]), "d", 0).expect("leader");
+    for i in 0..10u8 {
+        produce(c.broker(leader), "d", 0, &[&[i]])
+            .await
+            .expect("acked by two");
+    }
+    replica(c.broker(leader))
+        .expect("leader replica")
+        .delete_records(Offset(6))
+        .await
+        .expect("deleted");
+    for i in 10..20u8 {
+        produce(c.broker(leader), "d", 0, &[&[i]])
+            .await
+            .expect("acked by two");
+    }
+    for n in &others {
+        c.restart_with(*n, |_| {}).await;
+    }
+    wait_until("a leader again among the others", || {
+        leader_of(c.broker(others[0]), "d", 0).is_some_and(|l| l != behind)
+    })
+    .await;
+
+    c.heal();
+    wait_until("the preferred replica caught up and leading", || {
+        log_end(c.broker(behind)) == 20
+            && ids
+                .iter()
+                .all(|n| leader_of(c.broker(*n), "d", 0) == Some(behind))
+    })
+    .await;
+    let part = replica(c.broker(behind)).expect("replica");
+    // ListOffsets earliest answers the log start.
+    assert_eq!(part.log_start_offset(), Offset(6));
+    assert!(matches!(
+        part.read(Offset(0), 1 << 20),
+        Err(crate::error::HelixError::OffsetOutOfRange)
+    ));
+    let served = part.read(Offset(6), 1 << 20).expect("read");
+    let first = crate::replica::batch::parse_header(&served).expect("a batch");
+    assert_eq!(first.base_offset, 6, "the first record not deleted");
+    c.close().await;
+}
