@@ -9,7 +9,7 @@
 //! `.log` (batches), `.entries` (one record per Raft entry), `.index`
 //! (sparse offset → position), `.timeindex` (sparse max timestamp → offset);
 //! and per log: `recovery-checkpoint`, `log-start-offset`,
-//! `delete-records-entry`, and, only while a
+//! `delete-records-entries`, and, only while a
 //! truncation runs, `truncate-intent`. See docs/wal.md.
 
 mod active;

@@ -19,7 +19,7 @@ use crate::shared::{PositionCell, Shared};
 use crate::sync::{LogSync, Mark, SyncGroup};
 use crate::types::{AppendCheck, AppendInfo, DeleteRecordsEntry, EpochEnd, RaftPosition, Recovery};
 
-mod delete_records;
+pub(crate) mod delete_records;
 mod stored;
 
 /// The on-disk log of one partition. One writer (`&mut self`); any number of
@@ -40,7 +40,7 @@ pub struct PartitionLog {
     /// known yet); see `stored.rs`.
     cleaned_below: Option<i64>,
     /// See `log/delete_records.rs`.
-    pub(crate) last_delete_records: Option<DeleteRecordsEntry>,
+    pub(crate) delete_records: Vec<DeleteRecordsEntry>,
 }
 
 impl std::fmt::Debug for PartitionLog {
@@ -95,7 +95,7 @@ impl PartitionLog {
             closed: false,
             scratch: Vec::new(),
             cleaned_below: None,
-            last_delete_records: crate::meta::read_delete_records_entry(dir)?,
+            delete_records: crate::meta::read_delete_records_entries(dir)?,
         };
         log.forget_delete_records_after(recovered.last.map(|p| p.index))?;
         // Fsync: what recovery kept is durable from here on, synced once at open.

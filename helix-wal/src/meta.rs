@@ -1,5 +1,5 @@
 //! Small metadata files of a log directory, each one checksummed record:
-//! the recovery checkpoint, the log start offset, the DeleteRecords entry
+//! the recovery checkpoint, the log start offset, the DeleteRecords entries
 //! kept for catch-up, and the truncation intent.
 //!
 //! A record is `magic (4) | payload | crc32fast(magic | payload) (4)`. A file
@@ -18,7 +18,7 @@ pub const CHECKPOINT: &str = "recovery-checkpoint";
 pub const LOG_START: &str = "log-start-offset";
 pub const TRUNCATE_INTENT: &str = "truncate-intent";
 pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
-pub const DELETE_RECORDS_ENTRY: &str = "delete-records-entry";
+pub const DELETE_RECORDS_ENTRIES: &str = "delete-records-entries";
 
 const CHECKPOINT_MAGIC: &[u8; 4] = b"HXCP";
 const LOG_START_MAGIC: &[u8; 4] = b"HXLS";
@@ -175,19 +175,41 @@ pub fn write_log_start(dir: &Path, offset: i64) -> Result<()> {
     write_durably(dir, LOG_START, &encode(LOG_START_MAGIC, &[offset as u64]))
 }
 
-/// The DeleteRecords entry kept for catch-up (`log/delete_records.rs`).
-pub fn read_delete_records_entry(dir: &Path) -> Result<Option<DeleteRecordsEntry>> {
-    Ok(read(&dir.join(DELETE_RECORDS_ENTRY))?
-        .and_then(|raw| decode(DELETE_RECORDS_MAGIC, &raw, 2))
+/// The DeleteRecords entries kept for catch-up (`log/delete_records.rs`):
+/// `count | (index, offset) * count`, oldest first.
+pub fn read_delete_records_entries(dir: &Path) -> Result<Vec<DeleteRecordsEntry>> {
+    let Some(raw) = read(&dir.join(DELETE_RECORDS_ENTRIES))? else {
+        return Ok(Vec::new());
+    };
+    let count = decode_count(&raw).unwrap_or(0);
+    let Some(fields) = decode(DELETE_RECORDS_MAGIC, &raw, 1 + 2 * count) else {
+        return Ok(Vec::new());
+    };
+    Ok(fields[1..]
+        .chunks_exact(2)
         .map(|f| DeleteRecordsEntry {
             index: f[0],
             offset: f[1] as i64,
-        }))
+        })
+        .collect())
 }
 
-pub fn write_delete_records_entry(dir: &Path, e: DeleteRecordsEntry) -> Result<()> {
-    let bytes = encode(DELETE_RECORDS_MAGIC, &[e.index, e.offset as u64]);
-    write_durably(dir, DELETE_RECORDS_ENTRY, &bytes)
+/// The count a record of entries starts with, bounded so that a garbage
+/// count cannot ask for more fields than the record's bytes hold.
+fn decode_count(raw: &[u8]) -> Option<usize> {
+    let count = u64::from_le_bytes(raw.get(4..12)?.try_into().ok()?);
+    let count = usize::try_from(count).ok()?;
+    (count <= raw.len() / 16).then_some(count)
+}
+
+pub fn write_delete_records_entries(dir: &Path, entries: &[DeleteRecordsEntry]) -> Result<()> {
+    let mut fields = Vec::with_capacity(1 + 2 * entries.len());
+    fields.push(entries.len() as u64);
+    for e in entries {
+        fields.extend([e.index, e.offset as u64]);
+    }
+    let bytes = encode(DELETE_RECORDS_MAGIC, &fields);
+    write_durably(dir, DELETE_RECORDS_ENTRIES, &bytes)
 }
 
 /// The cleaner checkpoint (ADR 0027 §5): the first offset not cleaned

@@ -9,9 +9,9 @@ pub struct RaftPosition {
     pub index: u64,
 }
 
-/// A DeleteRecords Raft entry this log applied, kept for catch-up
-/// (`log/delete_records.rs`): it moved the log start to `offset` (at
-/// least) and is the last to raise the largest offset asked.
+/// A DeleteRecords Raft entry this log applied and keeps for catch-up
+/// (`log/delete_records.rs`): it asked for a larger `offset` than every
+/// earlier one, and moved the log start there (at least).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeleteRecordsEntry {
     pub index: u64,

@@ -24,10 +24,10 @@ struct Cursor {
     /// Next index to read from the WAL.
     next: LogIndex,
     through: LogIndex,
-    /// The DeleteRecords entry the leader's WAL keeps, as at the start:
-    /// one applied later has an index past `through`, and reaches the
-    /// follower from the in-memory log.
-    deleted: Option<DeleteRecordsEntry>,
+    /// The DeleteRecords entries the leader's WAL keeps, as at the start
+    /// (at most helix-wal's `KEPT_ENTRIES`): one applied later has an
+    /// index past `through`, and reaches the follower from memory.
+    deleted: Vec<DeleteRecordsEntry>,
     /// Chunks sent and not yet confirmed: (last index, bytes).
     in_flight: VecDeque<(LogIndex, usize)>,
 }
@@ -60,7 +60,7 @@ impl CatchUps {
                 stream,
                 next: req.from_index,
                 through: req.through_index,
-                deleted: state.last_delete_records(),
+                deleted: state.delete_records_entries(),
                 in_flight: VecDeque::new(),
             },
         );
@@ -150,16 +150,21 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
             )));
         }
         bytes += stored.batches.len();
-        entries.push(wal_entry(stored, cursor.deleted)?);
+        let deleted = cursor
+            .deleted
+            .iter()
+            .find(|d| d.index == stored.pos.index)
+            .map(|d| d.offset);
+        entries.push(wal_entry(stored, deleted)?);
         cursor.next = cursor.next.next();
     }
     Ok((entries, bytes))
 }
 
-/// A WAL entry as a Raft entry: the DeleteRecords entry the WAL keeps
-/// (`deleted`) as itself (an entry with no batches, which would otherwise
-/// go out as a no-op and leave the follower's log start behind the
-/// leader's); a marker entry when it holds a transaction
+/// A WAL entry as a Raft entry: a DeleteRecords entry to `deleted` when
+/// the WAL keeps it as one (an entry with no batches, which would
+/// otherwise go out as a no-op and leave the follower's log start behind
+/// the leader's); a marker entry when it holds a transaction
 /// marker's control batch (applied as a produce entry, the follower would
 /// store the same bytes but keep the transaction open: its last stable
 /// offset stuck, its aborted index short; found by the Jepsen transactional
@@ -180,10 +185,7 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
 /// offset and the range. Entries that cover their range keep the older
 /// kinds, so a follower of an older version is only ever sent a stored
 /// entry by a leader whose log was compacted.
-fn wal_entry(
-    stored: StoredEntry,
-    deleted: Option<DeleteRecordsEntry>,
-) -> crate::error::Result<Entry> {
+fn wal_entry(stored: StoredEntry, deleted: Option<i64>) -> crate::error::Result<Entry> {
     let StoredEntry {
         pos,
         first_offset,
@@ -191,12 +193,11 @@ fn wal_entry(
         batches,
     } = stored;
     let (term, index) = (pos.term, pos.index);
-    let deleted = deleted.filter(|d| d.index == index);
-    let (kind, data) = if let Some(d) = deleted
+    let (kind, data) = if let Some(before) = deleted
         && batches.is_empty()
         && first_offset == next_offset
     {
-        (EntryKind::Normal, entry::encode_delete_records(d.offset))
+        (EntryKind::Normal, entry::encode_delete_records(before))
     } else if !covers_range(&batches, first_offset, next_offset) {
         (
             EntryKind::Normal,
@@ -420,17 +421,13 @@ mod tests {
 
     #[test]
     fn the_kept_delete_records_entry_is_caught_up_as_itself() {
-        let kept = Some(DeleteRecordsEntry {
-            index: 4,
-            offset: 9,
-        });
-        let e = wal_entry(held_at(4, 12, 12, Bytes::new()), kept).expect("entry");
+        let e = wal_entry(held_at(4, 12, 12, Bytes::new()), Some(9)).expect("entry");
         let PartitionEntry::DeleteRecords { before } = decode(e.data).expect("decode") else {
             panic!("a DeleteRecords entry caught up as another kind");
         };
         assert_eq!((e.kind, before), (EntryKind::Normal, 9));
         // Any other entry with no batches is a no-op, as before.
-        let other = wal_entry(held_at(5, 12, 12, Bytes::new()), kept).expect("entry");
+        let other = wal_entry(held_at(5, 12, 12, Bytes::new()), None).expect("entry");
         assert_eq!(other.kind, EntryKind::Noop);
     }
 

@@ -533,9 +533,11 @@ impl PartitionState {
         self.log.as_ref().map(|l| l.entries_from(from.0))
     }
 
-    /// The DeleteRecords entry the WAL keeps for catch-up, if any.
-    pub fn last_delete_records(&self) -> Option<helix_wal::DeleteRecordsEntry> {
-        self.log.as_ref().and_then(|l| l.last_delete_records())
+    /// The DeleteRecords entries the WAL keeps for catch-up, oldest first.
+    pub fn delete_records_entries(&self) -> Vec<helix_wal::DeleteRecordsEntry> {
+        self.log
+            .as_ref()
+            .map_or_else(Vec::new, |l| l.delete_records_entries().to_vec())
     }
 }
 
