@@ -21,6 +21,22 @@ fn log_start(b: &Broker) -> i64 {
     replica(b).map_or(-1, |p| p.log_start_offset().0)
 }
 
+/// The bytes of the DeleteRecords entries `b`'s WAL of partition 0 keeps
+/// (docs/wal.md): two entries, 40 bytes with the count and checksum.
+fn kept_delete_records(b: &Broker) -> Vec<u8> {
+    let topics = b.config.data_dir.join("topics");
+    let topic = std::fs::read_dir(&topics)
+        .expect("topics")
+        .next()
+        .expect("one topic")
+        .expect("entry")
+        .path();
+    let kept = std::fs::read(topic.join("0").join("wal").join("delete-records-entries"))
+        .expect("kept entries");
+    assert_eq!(kept.len(), 4 + 8 + 2 * 16 + 4);
+    kept
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_caught_up_from_the_wal_takes_the_deleted_log_start() {
     let mut c = TestCluster::start_with(3, false).await;
@@ -43,17 +59,20 @@ async fn a_follower_caught_up_from_the_wal_takes_the_deleted_log_start() {
     .await;
 
     c.isolate(behind);
-    for i in 0..10u8 {
-        produce(c.broker(leader), "d", 0, &[&[i]])
+    // Two DeleteRecords, both kept by the WAL and both caught up as such.
+    for (from, to, before) in [(0u8, 5u8, 3), (5, 10, 6)] {
+        for i in from..to {
+            produce(c.broker(leader), "d", 0, &[&[i]])
+                .await
+                .expect("acked by two");
+        }
+        let moved = replica(c.broker(leader))
+            .expect("leader replica")
+            .delete_records(Offset(before))
             .await
-            .expect("acked by two");
+            .expect("deleted");
+        assert_eq!(moved, Offset(before));
     }
-    let moved = replica(c.broker(leader))
-        .expect("leader replica")
-        .delete_records(Offset(6))
-        .await
-        .expect("deleted");
-    assert_eq!(moved, Offset(6));
     for i in 10..20u8 {
         produce(c.broker(leader), "d", 0, &[&[i]])
             .await
@@ -88,6 +107,11 @@ async fn a_follower_caught_up_from_the_wal_takes_the_deleted_log_start() {
         log_start(c.broker(behind)),
         6,
         "the follower's log start is the leader's"
+    );
+    assert_eq!(
+        kept_delete_records(c.broker(behind)),
+        kept_delete_records(c.broker(now_leader)),
+        "the follower keeps the same DeleteRecords entries"
     );
     // What it would serve as leader: ListOffsets earliest is its log
     // start, and a fetch below it is out of range.
