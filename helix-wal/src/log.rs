@@ -39,8 +39,9 @@ pub struct PartitionLog {
     /// The cleaner checkpoint as last read or written here (`None`: not
     /// known yet); see `stored.rs`.
     cleaned_below: Option<i64>,
-    /// See `log/delete_records.rs`.
-    pub(crate) delete_records: Vec<DeleteRecordsEntry>,
+    /// The DeleteRecords entries kept for catch-up, oldest first, as in
+    /// `delete-records-entries`; see `log/delete_records.rs`.
+    delete_records: Vec<DeleteRecordsEntry>,
 }
 
 impl std::fmt::Debug for PartitionLog {

@@ -309,7 +309,7 @@ impl PartitionState {
                 // Deterministic on every replica: the entry's own position
                 // bounds it, not a replica's view of the high watermark.
                 // The WAL keeps the entry's offset, so catch-up from it
-                // sends this entry as itself (helix-wal `delete_records.rs`).
+                // sends this entry as itself (helix-wal `log/delete_records.rs`).
                 let result = match log.append_delete_records(pos, before) {
                     Ok(o) => Ok(o.log_start_offset),
                     // Appended, the move refused or failed: the client
