@@ -8,7 +8,8 @@
 //! A partition directory holds, per segment `<base offset>`:
 //! `.log` (batches), `.entries` (one record per Raft entry), `.index`
 //! (sparse offset → position), `.timeindex` (sparse max timestamp → offset);
-//! and per log: `recovery-checkpoint`, `log-start-offset`, and, only while a
+//! and per log: `recovery-checkpoint`, `log-start-offset`,
+//! `delete-records-entries`, and, only while a
 //! truncation runs, `truncate-intent`. See docs/wal.md.
 
 mod active;
@@ -49,8 +50,8 @@ pub use retention::RetentionOutcome;
 pub use rewrite::SegmentRewrite;
 pub use sync::{SyncGroup, SyncMethod, SyncStats, sync_filesystem};
 pub use types::{
-    AppendCheck, AppendInfo, DamagedRange, EpochEnd, RaftPosition, ReadResult, Recovery,
-    SegmentInfo, StoredEntry, TruncatedTail,
+    AppendCheck, AppendInfo, DamagedRange, DeleteRecordsEntry, EpochEnd, RaftPosition, ReadResult,
+    Recovery, SegmentInfo, StoredEntry, TruncatedTail,
 };
 
 #[cfg(test)]

@@ -17,8 +17,9 @@ use crate::reader::LogReader;
 use crate::recovery;
 use crate::shared::{PositionCell, Shared};
 use crate::sync::{LogSync, Mark, SyncGroup};
-use crate::types::{AppendCheck, AppendInfo, EpochEnd, RaftPosition, Recovery};
+use crate::types::{AppendCheck, AppendInfo, DeleteRecordsEntry, EpochEnd, RaftPosition, Recovery};
 
+pub(crate) mod delete_records;
 mod stored;
 
 /// The on-disk log of one partition. One writer (`&mut self`); any number of
@@ -38,6 +39,9 @@ pub struct PartitionLog {
     /// The cleaner checkpoint as last read or written here (`None`: not
     /// known yet); see `stored.rs`.
     cleaned_below: Option<i64>,
+    /// The DeleteRecords entries kept for catch-up, oldest first, as in
+    /// `delete-records-entries`; see `log/delete_records.rs`.
+    delete_records: Vec<DeleteRecordsEntry>,
 }
 
 impl std::fmt::Debug for PartitionLog {
@@ -92,7 +96,9 @@ impl PartitionLog {
             closed: false,
             scratch: Vec::new(),
             cleaned_below: None,
+            delete_records: crate::meta::read_delete_records_entries(dir)?,
         };
+        log.forget_delete_records_after(recovered.last.map(|p| p.index))?;
         // Fsync: what recovery kept is durable from here on, synced once at open.
         if log.sync.is_some() {
             log.active.sync()?;

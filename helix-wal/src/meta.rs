@@ -1,5 +1,6 @@
 //! Small metadata files of a log directory, each one checksummed record:
-//! the recovery checkpoint, the log start offset, and the truncation intent.
+//! the recovery checkpoint, the log start offset, the DeleteRecords entries
+//! kept for catch-up, and the truncation intent.
 //!
 //! A record is `magic (4) | payload | crc32fast(magic | payload) (4)`. A file
 //! that is missing, short, or fails its checksum reads as absent, so a torn
@@ -11,16 +12,19 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, WalError};
+use crate::types::DeleteRecordsEntry;
 
 pub const CHECKPOINT: &str = "recovery-checkpoint";
 pub const LOG_START: &str = "log-start-offset";
 pub const TRUNCATE_INTENT: &str = "truncate-intent";
 pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+pub const DELETE_RECORDS_ENTRIES: &str = "delete-records-entries";
 
 const CHECKPOINT_MAGIC: &[u8; 4] = b"HXCP";
 const LOG_START_MAGIC: &[u8; 4] = b"HXLS";
 const INTENT_MAGIC: &[u8; 4] = b"HXTI";
 const CLEANER_MAGIC: &[u8; 4] = b"HXCC";
+const DELETE_RECORDS_MAGIC: &[u8; 4] = b"HXDR";
 
 pub(crate) fn encode(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
     let mut b = Vec::with_capacity(8 + fields.len() * 8);
@@ -169,6 +173,43 @@ pub fn read_log_start(dir: &Path) -> Result<Option<i64>> {
 
 pub fn write_log_start(dir: &Path, offset: i64) -> Result<()> {
     write_durably(dir, LOG_START, &encode(LOG_START_MAGIC, &[offset as u64]))
+}
+
+/// The DeleteRecords entries kept for catch-up (`log/delete_records.rs`):
+/// `count | (index, offset) * count`, oldest first.
+pub fn read_delete_records_entries(dir: &Path) -> Result<Vec<DeleteRecordsEntry>> {
+    let Some(raw) = read(&dir.join(DELETE_RECORDS_ENTRIES))? else {
+        return Ok(Vec::new());
+    };
+    let count = decode_count(&raw).unwrap_or(0);
+    let Some(fields) = decode(DELETE_RECORDS_MAGIC, &raw, 1 + 2 * count) else {
+        return Ok(Vec::new());
+    };
+    Ok(fields[1..]
+        .chunks_exact(2)
+        .map(|f| DeleteRecordsEntry {
+            index: f[0],
+            offset: f[1] as i64,
+        })
+        .collect())
+}
+
+/// The count a record of entries starts with, bounded so that a garbage
+/// count cannot ask for more fields than the record's bytes hold.
+fn decode_count(raw: &[u8]) -> Option<usize> {
+    let count = u64::from_le_bytes(raw.get(4..12)?.try_into().ok()?);
+    let count = usize::try_from(count).ok()?;
+    (count <= raw.len() / 16).then_some(count)
+}
+
+pub fn write_delete_records_entries(dir: &Path, entries: &[DeleteRecordsEntry]) -> Result<()> {
+    let mut fields = Vec::with_capacity(1 + 2 * entries.len());
+    fields.push(entries.len() as u64);
+    for e in entries {
+        fields.extend([e.index, e.offset as u64]);
+    }
+    let bytes = encode(DELETE_RECORDS_MAGIC, &fields);
+    write_durably(dir, DELETE_RECORDS_ENTRIES, &bytes)
 }
 
 /// The cleaner checkpoint (ADR 0027 §5): the first offset not cleaned

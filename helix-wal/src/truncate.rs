@@ -123,6 +123,7 @@ impl PartitionLog {
                 .log_start_offset
                 .store(next_offset, std::sync::atomic::Ordering::Release);
         }
+        self.forget_delete_records_after(new_last.map(|p| p.index))?;
         // Durably gone before any later append: a surviving intent would
         // be redone on the next open and cut entries appended after it.
         meta::remove(&self.dir, meta::TRUNCATE_INTENT)?;

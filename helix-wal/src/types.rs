@@ -9,6 +9,15 @@ pub struct RaftPosition {
     pub index: u64,
 }
 
+/// A DeleteRecords Raft entry this log applied and keeps for catch-up
+/// (`log/delete_records.rs`): it asked for a larger `offset` than every
+/// earlier one, and moved the log start there (at least).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteRecordsEntry {
+    pub index: u64,
+    pub offset: i64,
+}
+
 /// How much of an entry `append` checks before writing it.
 ///
 /// Structure is always checked: every batch whole, magic 2, its declared

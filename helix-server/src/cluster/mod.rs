@@ -14,6 +14,8 @@ pub mod peers;
 #[cfg(test)]
 mod compaction_tests;
 #[cfg(test)]
+mod delete_records_tests;
+#[cfg(test)]
 mod harness;
 #[cfg(test)]
 mod lease_tests;

@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
 use helix_raft::{CatchUpRequest, Entry, EntryKind, GroupId, LogIndex, MultiRaft, NodeId, Term};
-use helix_wal::{EntryStream, StoredEntry};
+use helix_wal::{DeleteRecordsEntry, EntryStream, StoredEntry};
 
 use crate::replica::entry;
 use crate::replica::state::PartitionState;
@@ -24,6 +24,10 @@ struct Cursor {
     /// Next index to read from the WAL.
     next: LogIndex,
     through: LogIndex,
+    /// The DeleteRecords entries the leader's WAL keeps, as at the start
+    /// (at most helix-wal's `KEPT_ENTRIES`): one applied later has an
+    /// index past `through`, and reaches the follower from memory.
+    deleted: Vec<DeleteRecordsEntry>,
     /// Chunks sent and not yet confirmed: (last index, bytes).
     in_flight: VecDeque<(LogIndex, usize)>,
 }
@@ -37,7 +41,10 @@ pub struct CatchUps {
 impl CatchUps {
     /// A new (or renewed) request from `group`'s leader.
     pub fn start(&mut self, group: GroupId, req: CatchUpRequest, state: Option<&PartitionState>) {
-        let Some(stream) = state.and_then(|s| s.entries_from(req.from_index)) else {
+        let Some(state) = state else {
+            return;
+        };
+        let Some(stream) = state.entries_from(req.from_index) else {
             return;
         };
         tracing::info!(
@@ -53,6 +60,7 @@ impl CatchUps {
                 stream,
                 next: req.from_index,
                 through: req.through_index,
+                deleted: state.delete_records_entries(),
                 in_flight: VecDeque::new(),
             },
         );
@@ -142,13 +150,21 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
             )));
         }
         bytes += stored.batches.len();
-        entries.push(wal_entry(stored)?);
+        let deleted = cursor
+            .deleted
+            .iter()
+            .find(|d| d.index == stored.pos.index)
+            .map(|d| d.offset);
+        entries.push(wal_entry(stored, deleted)?);
         cursor.next = cursor.next.next();
     }
     Ok((entries, bytes))
 }
 
-/// A WAL entry as a Raft entry: a marker entry when it holds a transaction
+/// A WAL entry as a Raft entry: a DeleteRecords entry to `deleted` when
+/// the WAL keeps it as one (an entry with no batches, which would
+/// otherwise go out as a no-op and leave the follower's log start behind
+/// the leader's); a marker entry when it holds a transaction
 /// marker's control batch (applied as a produce entry, the follower would
 /// store the same bytes but keep the transaction open: its last stable
 /// offset stuck, its aborted index short; found by the Jepsen transactional
@@ -169,7 +185,7 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
 /// offset and the range. Entries that cover their range keep the older
 /// kinds, so a follower of an older version is only ever sent a stored
 /// entry by a leader whose log was compacted.
-fn wal_entry(stored: StoredEntry) -> crate::error::Result<Entry> {
+fn wal_entry(stored: StoredEntry, deleted: Option<i64>) -> crate::error::Result<Entry> {
     let StoredEntry {
         pos,
         first_offset,
@@ -177,7 +193,12 @@ fn wal_entry(stored: StoredEntry) -> crate::error::Result<Entry> {
         batches,
     } = stored;
     let (term, index) = (pos.term, pos.index);
-    let (kind, data) = if !covers_range(&batches, first_offset, next_offset) {
+    let (kind, data) = if let Some(before) = deleted
+        && batches.is_empty()
+        && first_offset == next_offset
+    {
+        (EntryKind::Normal, entry::encode_delete_records(before))
+    } else if !covers_range(&batches, first_offset, next_offset) {
         (
             EntryKind::Normal,
             entry::encode_stored(first_offset, next_offset, &batches),
@@ -333,7 +354,7 @@ mod tests {
         let stored = held.batches.clone();
 
         // The follower, behind the leader's memory, gets it from the WAL.
-        let caught_up = wal_entry(held).expect("entry");
+        let caught_up = wal_entry(held, None).expect("entry");
         let out = apply(&mut follower, &mut on_follower, 2, caught_up.data);
         assert_eq!(out, vec![1, 3]);
         assert_eq!(follower.next_offset(), 4);
@@ -383,7 +404,7 @@ mod tests {
             .expect("entry")
             .expect("read");
         let (pos, stored) = (held.pos, held.batches.clone());
-        let caught_up = wal_entry(held).expect("entry");
+        let caught_up = wal_entry(held, None).expect("entry");
         let PartitionEntry::Marker(read) = decode(caught_up.data).expect("decode") else {
             panic!("a marker caught up as another entry");
         };
@@ -399,12 +420,24 @@ mod tests {
     }
 
     #[test]
+    fn the_kept_delete_records_entry_is_caught_up_as_itself() {
+        let e = wal_entry(held_at(4, 12, 12, Bytes::new()), Some(9)).expect("entry");
+        let PartitionEntry::DeleteRecords { before } = decode(e.data).expect("decode") else {
+            panic!("a DeleteRecords entry caught up as another kind");
+        };
+        assert_eq!((e.kind, before), (EntryKind::Normal, 9));
+        // Any other entry with no batches is a no-op, as before.
+        let other = wal_entry(held_at(5, 12, 12, Bytes::new()), None).expect("entry");
+        assert_eq!(other.kind, EntryKind::Noop);
+    }
+
+    #[test]
     fn a_stored_batch_that_runs_past_its_entry_is_refused() {
         let a = make_batch(&[b"1"], -1, -1, 10);
         let cut = a.slice(..a.len() - 1);
-        assert!(wal_entry(held_at(1, 0, 1, cut)).is_err());
+        assert!(wal_entry(held_at(1, 0, 1, cut), None).is_err());
         assert_eq!(
-            wal_entry(held_at(1, 0, 0, Bytes::new()))
+            wal_entry(held_at(1, 0, 0, Bytes::new()), None)
                 .expect("noop")
                 .kind,
             EntryKind::Noop

@@ -317,15 +317,16 @@ impl PartitionState {
                 // The producer state survives the records it came from.
                 self.snapshot();
                 let log = live(&mut self.log)?;
-                log.append(pos, &[])?;
                 // Deterministic on every replica: the entry's own position
                 // bounds it, not a replica's view of the high watermark.
-                let result = if before > log.next_offset() {
-                    Err(HelixError::OffsetOutOfRange)
-                } else {
-                    log.delete_records_before(before)
-                        .map(|o| o.log_start_offset)
-                        .map_err(HelixError::from)
+                // The WAL keeps the entry's offset, so catch-up from it
+                // sends this entry as itself (helix-wal `log/delete_records.rs`).
+                let result = match log.append_delete_records(pos, before) {
+                    Ok(o) => Ok(o.log_start_offset),
+                    // Appended, the move refused or failed: the client
+                    // hears why (out of range, or the I/O error).
+                    Err(e) if log.last_position() == Some(pos) => Err(HelixError::from(e)),
+                    Err(e) => return Err(e.into()),
                 };
                 self.trim_aborted();
                 Applying::DeleteRecords(result)
@@ -541,6 +542,13 @@ impl PartitionState {
     /// Streams WAL entries from `from` for a follower's catch-up.
     pub fn entries_from(&self, from: LogIndex) -> Option<helix_wal::EntryStream> {
         self.log.as_ref().map(|l| l.entries_from(from.0))
+    }
+
+    /// The DeleteRecords entries the WAL keeps for catch-up, oldest first.
+    pub fn delete_records_entries(&self) -> Vec<helix_wal::DeleteRecordsEntry> {
+        self.log
+            .as_ref()
+            .map_or_else(Vec::new, |l| l.delete_records_entries().to_vec())
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod basic;
 mod compaction;
+mod delete_records;
 mod errors;
 mod model;
 mod replace;

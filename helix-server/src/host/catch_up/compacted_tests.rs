@@ -282,7 +282,7 @@ fn a_follower_caught_up_from_a_compacted_leader_holds_the_same_log() {
     let mut kinds = BTreeMap::new();
     let mut chunk = Vec::new();
     for e in held {
-        let entry = wal_entry(e).expect("entry");
+        let entry = wal_entry(e, None).expect("entry");
         let kind = match entry.kind {
             EntryKind::Noop => "no-op",
             EntryKind::Normal => match entry::decode(entry.data.clone()).expect("decode") {
