@@ -184,6 +184,17 @@ def test_compaction_keeps_the_latest_value_per_key_at_its_offset(compacting_brok
     entry = fut.result(timeout=30)["cleanup.policy"]
     assert (entry.value, entry.source) == ("compact", 1), entry
 
+    # What the cleaner reports (ADR 0027 §10).
+    if b.kind == "helix":
+        from test_operations import scrape, value
+        samples = scrape(b.metrics_port)
+        labels = {"topic": topic, "partition": "0"}
+        assert value(samples, "helix_compaction_partition_bytes_reclaimed_total", **labels) > 0, samples
+        assert value(samples, "helix_compaction_last_clean_timestamp_ms", **labels) > 0
+        assert value(samples, "helix_compaction_bytes_reclaimed_total") > 0
+        assert value(samples, "helix_uncleanable_partitions") == 0
+        assert ("helix_compaction_dirty_ratio", tuple(sorted(labels.items()))) in samples
+
 
 def test_tombstones_go_after_delete_retention_ms(compacting_broker, topic):
     b = compacting_broker
@@ -288,6 +299,8 @@ def test_damage_met_while_cleaning_marks_the_replica_damaged(tmp_path, topic):
         found = [line for line in text.splitlines() if "damaged data found on read" in line]
         assert len(found) == 1 and str(first) in found[0], found
         assert "log cleaned" not in text, "a pass over damaged data swapped something in"
+        from test_operations import scrape, value
+        assert value(scrape(b.metrics_port), "helix_uncleanable_partitions") == 1
         with kwire.Conn(b.host, b.port) as conn:
             batch = kwire.record_batch([kwire.Record(key=b"k", value=b"after-damage")])
             answers = conn.produce(topic, {0: batch}, acks=-1, timeout_ms=5000)

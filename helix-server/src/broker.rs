@@ -57,6 +57,8 @@ pub struct Broker {
     pub producer_ids: Arc<ProducerIds>,
     /// Creating, deleting and reconfiguring topics.
     pub admin: TopicAdmin,
+    /// What the log cleaner last did per partition (`/metrics`).
+    pub cleaner_stats: Arc<crate::compact::stats::CleanerStats>,
 }
 
 impl Broker {
@@ -209,6 +211,7 @@ impl Broker {
         ));
         Ok(Arc::new(Broker {
             admin: TopicAdmin::new(&config, cluster.clone(), controller.clone(), topics.clone()),
+            cleaner_stats: Arc::default(),
             producer_ids,
             backpressure,
             request_budget: crate::budget::RequestBudget::new(config.queued_max_request_bytes),

@@ -85,6 +85,7 @@ pub async fn run(config: Config) -> Result<()> {
     let cleaned = Arc::downgrade(&broker);
     tokio::spawn(crate::compact::cleaner::run(
         broker.config.cleaner.clone(),
+        broker.cleaner_stats.clone(),
         move || cleaned.upgrade().map(|b| b.topics.compaction_targets()),
     ));
     tokio::spawn(crate::heap::trim_after_bursts(broker.backpressure.clone()));

@@ -40,6 +40,7 @@ fn clean_offline(data_dir: &Path) {
         load_factor: 0.9,
         delete_retention_ms: 86_400_000,
         now_ms: 1_000_000,
+        horizon_passed: false,
     };
     let out = clean_closed_log(
         &wal_dir(data_dir),

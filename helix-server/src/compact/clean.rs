@@ -109,6 +109,10 @@ pub struct CleanStats {
     pub keyless_removed: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// The latest delete horizon still ahead among the batches kept: when
+    /// it passes, a pass over the cleaned segments removes their
+    /// tombstones and markers (Kafka's `latestDeleteHorizon`).
+    pub latest_delete_horizon_ms: Option<i64>,
 }
 
 /// Maps the latest offset of every key in `batches` (whole batches, offset
@@ -317,6 +321,12 @@ impl Pass<'_> {
             && h.delete_horizon_ms().is_none()
             && h.last_offset() < horizons.clean_below)
             .then(|| horizons.now_ms.saturating_add(horizons.delete_retention_ms));
+        let ahead = horizon
+            .or(h.delete_horizon_ms())
+            .filter(|at| *at > horizons.now_ms && !kept.is_empty());
+        if let Some(at) = ahead {
+            stats.latest_delete_horizon_ms = stats.latest_delete_horizon_ms.max(Some(at));
+        }
         if kept.len() == records.len() && horizon.is_none() {
             return Ok(Some(Bytes::copy_from_slice(batch)));
         }

@@ -22,6 +22,7 @@ use helix_raft::GroupId;
 use super::clean::{DerivedState, LastBatch};
 use super::pass::{self, LogShape, PassOutcome, PassSettings};
 use super::policy::{self, CompactionConfig, LogPositions, LogToClean, SegmentSummary};
+use super::stats::CleanerStats;
 use crate::config::CleanerConfig;
 use crate::error::{HelixError, Result};
 use crate::offset::Offset;
@@ -93,6 +94,7 @@ impl IoThrottle {
 /// Runs until `targets` says the broker is gone: the cleaner's loop.
 pub async fn run(
     settings: CleanerConfig,
+    stats: Arc<CleanerStats>,
     targets: impl Fn() -> Option<Vec<CleanTarget>> + Send + 'static,
 ) {
     if !settings.enable {
@@ -102,6 +104,12 @@ pub async fn run(
     let backoff = Duration::from_millis(settings.backoff_ms.max(1));
     // Partitions whose last pass failed, with their log end then.
     let mut uncleanable: HashMap<GroupId, i64> = HashMap::new();
+    // The latest delete horizon each partition's last pass kept (lost at
+    // a restart: those tombstones then wait for the next dirty pass).
+    let mut horizons: HashMap<GroupId, i64> = HashMap::new();
+    // Those of `uncleanable` whose pass failed (metric
+    // `uncleanable_partitions`), not merely found nothing to do.
+    let mut failed: HashMap<GroupId, i64> = HashMap::new();
     loop {
         let Some(all) = targets() else { return };
         let now_ms = crate::clock::now_ms();
@@ -110,15 +118,44 @@ pub async fn run(
                 .find(|t| t.partition.group == *group)
                 .is_some_and(|t| t.partition.reader().next_offset() == *end)
         });
-        let mut chosen: Vec<(CleanTarget, LogToClean)> = all
+        failed.retain(|group, _| uncleanable.contains_key(group));
+        horizons.retain(|group, _| all.iter().any(|t| t.partition.group == *group));
+        stats.retain(|group| all.iter().any(|t| t.partition.group == group));
+        for t in &all {
+            stats.set_uncleanable(t.partition.group, failed.contains_key(&t.partition.group));
+        }
+        let candidates: Vec<(CleanTarget, LogToClean)> = all
             .into_iter()
             .filter(|t| !uncleanable.contains_key(&t.partition.group))
             .filter(|t| t.partition.damaged().is_none())
             .filter_map(|t| {
                 let plan = plan(&t.partition, &t.config, now_ms)?;
-                plan.should_clean(&t.config).then_some((t, plan))
+                stats.planned(
+                    t.partition.group,
+                    plan.cleanable_bytes,
+                    plan.cleanable_ratio,
+                );
+                Some((t, plan))
             })
             .collect();
+        let (mut chosen, idle): (Vec<_>, Vec<_>) = candidates
+            .into_iter()
+            .partition(|(t, plan)| plan.should_clean(&t.config));
+        let mut horizon_passes = false;
+        if chosen.is_empty() {
+            // Nothing dirty enough: clean the logs whose kept tombstones'
+            // delete horizon has passed (Kafka's `grabFilthiestCompactedLog`
+            // does the same when no log is dirty enough).
+            chosen = idle
+                .into_iter()
+                .filter(|(t, _)| {
+                    horizons
+                        .get(&t.partition.group)
+                        .is_some_and(|at| *at <= now_ms)
+                })
+                .collect();
+            horizon_passes = true;
+        }
         if chosen.is_empty() {
             tokio::time::sleep(backoff).await;
             continue;
@@ -134,22 +171,34 @@ pub async fn run(
                 load_factor: settings.io_buffer_load_factor,
                 delete_retention_ms: target.delete_retention_ms,
                 now_ms,
+                horizon_passed: horizon_passes,
             };
             let throttle = throttle.clone();
             passes.spawn(async move {
+                let started = Instant::now();
                 let result = clean(&target, &plan, pass_settings, throttle).await;
-                (target, result)
+                (target, result, started.elapsed())
             });
         }
         let mut progressed = false;
         while let Some(joined) = passes.join_next().await {
-            let Ok((target, result)) = joined else {
+            let Ok((target, result, took)) = joined else {
                 continue;
             };
             let p = &target.partition;
             match result {
                 Ok(Some(outcome)) => {
                     progressed = true;
+                    match outcome.stats.latest_delete_horizon_ms {
+                        Some(at) => horizons.insert(p.group, at),
+                        None => horizons.remove(&p.group),
+                    };
+                    stats.cleaned(
+                        p.group,
+                        crate::clock::now_ms(),
+                        u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                        outcome.bytes_before.saturating_sub(outcome.bytes_after),
+                    );
                     tracing::info!(
                         topic = %target.topic,
                         partition = p.index,
@@ -161,12 +210,17 @@ pub async fn run(
                     );
                 }
                 Ok(None) => {
+                    // Nothing to rewrite: not looked at again until its log
+                    // changes.
+                    horizons.remove(&p.group);
                     uncleanable.insert(p.group, p.reader().next_offset());
                 }
                 Err(e) => {
                     let e = p.cleaning_failed(e);
                     tracing::warn!(topic = %target.topic, partition = p.index, error = %e, "log cleaning failed: the partition is not cleaned again until its log changes");
                     uncleanable.insert(p.group, p.reader().next_offset());
+                    failed.insert(p.group, p.reader().next_offset());
+                    stats.set_uncleanable(p.group, true);
                 }
             }
         }

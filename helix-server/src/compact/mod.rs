@@ -9,4 +9,5 @@ pub mod cleaner;
 pub mod key_map;
 pub mod pass;
 pub mod policy;
+pub mod stats;
 pub mod txn;

@@ -31,6 +31,11 @@ pub struct PassSettings {
     /// `delete.retention.ms`.
     pub delete_retention_ms: i64,
     pub now_ms: i64,
+    /// Rewrite the cleaned segments even with nothing dirty: a delete
+    /// horizon kept by an earlier pass has passed, and its tombstones and
+    /// markers go now (Kafka cleans such a log when no log is dirty
+    /// enough, KIP-534).
+    pub horizon_passed: bool,
 }
 
 /// What a pass did.
@@ -183,7 +188,7 @@ fn write_pass(
         return Ok(None);
     };
     let cleaned_below = last.next_offset;
-    if cleaned_below <= first_dirty {
+    if cleaned_below <= first_dirty && !settings.horizon_passed {
         return Ok(None);
     }
     let horizons = Horizons {

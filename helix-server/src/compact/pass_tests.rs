@@ -23,6 +23,7 @@ fn settings() -> PassSettings {
         load_factor: 0.9,
         delete_retention_ms: 86_400_000,
         now_ms: 1_000_000,
+        horizon_passed: false,
     }
 }
 
@@ -155,6 +156,7 @@ fn a_tombstone_outlives_the_pass_that_kept_it_and_goes_after_its_horizon() {
     let run = |now_ms: i64| {
         let s = PassSettings {
             now_ms,
+            horizon_passed: false,
             ..settings()
         };
         clean_closed_log(
@@ -197,4 +199,54 @@ fn a_tombstone_outlives_the_pass_that_kept_it_and_goes_after_its_horizon() {
     log.close().unwrap();
     assert!(run(horizon).is_some());
     assert_eq!(tombstone_at(dir.path()), None);
+}
+
+/// Kafka's `latestDeleteHorizon` (KIP-534): the pass that keeps a
+/// tombstone reports its horizon; once it has passed, a pass with nothing
+/// dirty (no new writes) still rewrites the cleaned segments when asked
+/// (`horizon_passed`), and the tombstone goes. Without it such a
+/// tombstone stayed until the next write made the log dirty.
+#[test]
+fn a_passed_horizon_cleans_a_log_with_nothing_dirty() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = PartitionLog::open(dir.path(), config()).unwrap();
+    let mut index = 0;
+    write(
+        &mut log,
+        &mut index,
+        &[("gone", Some("g0")), ("gone", None)],
+    );
+    for i in 0..120 {
+        write(&mut log, &mut index, &[(&format!("f{i}"), Some("x"))]);
+    }
+    log.close().unwrap();
+    let run = |now_ms: i64, horizon_passed: bool| {
+        let s = PassSettings {
+            now_ms,
+            horizon_passed,
+            ..settings()
+        };
+        clean_closed_log(
+            dir.path(),
+            &config(),
+            i64::MAX,
+            &s,
+            &DerivedState::default(),
+        )
+        .unwrap()
+    };
+    let first = run(1_000_000, false).expect("the first pass cleans");
+    let horizon = 1_000_000 + settings().delete_retention_ms;
+    assert_eq!(first.stats.latest_delete_horizon_ms, Some(horizon));
+    // Nothing written since: an ordinary pass finds nothing to do.
+    assert!(run(horizon, false).is_none());
+    let again = run(horizon, true).expect("the horizon pass rewrites");
+    assert_eq!(again.stats.latest_delete_horizon_ms, None);
+    let (log, _) = PartitionLog::open(dir.path(), config()).unwrap();
+    assert!(
+        contents(&read_all(&log))
+            .iter()
+            .all(|r| r.1.as_deref() != Some("gone")),
+        "the tombstone outlived its horizon"
+    );
 }

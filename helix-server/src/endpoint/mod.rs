@@ -6,6 +6,7 @@
 //! It is bound before the data directory is opened, so `/health` answers
 //! during recovery and `/ready` says why the node is not ready yet.
 
+mod compaction;
 mod families;
 mod ready;
 mod replicas;

@@ -11,7 +11,7 @@ use prometheus_client::metrics::MetricType::{Counter, Gauge};
 use prometheus_client::registry::Unit;
 
 use super::families::{Families, Labels, flag};
-use super::replicas;
+use super::{compaction, replicas};
 use crate::broker::Broker;
 use crate::metrics::{Stage, metrics, process::ProcessStats};
 
@@ -74,6 +74,7 @@ pub fn gather(
         budgets(&mut f, b);
         let per_partition = replicas::replicas(&mut f, b, statuses);
         replicas::groups(&mut f, b, per_partition);
+        compaction::compaction(&mut f, b, per_partition);
     }
     process(&mut f);
     f

@@ -232,6 +232,7 @@ fn compacted_leader(dir: &std::path::Path) -> (Recovered, i64) {
         load_factor: 0.9,
         delete_retention_ms: 86_400_000,
         now_ms: 1_000_000,
+        horizon_passed: false,
     };
     let derived = DerivedState {
         aborted: &aborted,

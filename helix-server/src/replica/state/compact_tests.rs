@@ -49,6 +49,7 @@ fn prepare(r: &Recovered) -> Prepared {
         load_factor: 0.9,
         delete_retention_ms: 86_400_000,
         now_ms: 1_000_000,
+        horizon_passed: false,
     };
     let shape = LogShape {
         segment_bytes: 2048,
