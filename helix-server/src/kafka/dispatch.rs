@@ -20,7 +20,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::Decodable;
 
 use super::context::{Administering, Partitions, Producing, Routing};
+use super::sasl::Step;
 use super::segmented::{self, Frame, encode};
+use super::session::{Listener, Session};
 use super::{
     api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce,
     producer_state, records, topics,
@@ -88,33 +90,103 @@ fn check_reachable(
     Ok(())
 }
 
-/// Decodes the frame and starts handling it (client address unknown).
+/// Decodes the frame and starts handling it (a plaintext connection from
+/// an unknown address).
 #[cfg(test)]
 pub async fn start(
     broker: &Arc<Broker>,
     frame: Bytes,
 ) -> std::result::Result<PendingResponse, Close> {
-    start_from(broker, frame, None, &mut false).await
+    let listener = super::session::Listener::plaintext("127.0.0.1", 9092);
+    start_from(broker, frame, &mut Session::new(listener, None, None)).await
 }
 
-/// Decodes a frame received from `peer` and starts handling it; the peer's
-/// address reaches the group coordinator (DescribeGroups' `client_host`).
-/// The steps, in order: the header and the version checks ([`read_header`]),
-/// the reachability gate ([`check_reachable`]), the body ([`decode_body`]),
-/// then the API's handler ([`route`]).
+/// Decodes a frame received on `session`'s connection and starts handling
+/// it. The steps, in order: the header and the version checks
+/// ([`read_header`]), the authentication gate ([`check_authenticated`]),
+/// the reachability gate ([`check_reachable`]), the body
+/// ([`decode_body`]), then the SASL exchange ([`sasl_step`]) or the API's
+/// handler ([`route`]).
 pub async fn start_from(
     broker: &Arc<Broker>,
     frame: Bytes,
-    peer: Option<std::net::IpAddr>,
-    told_member: &mut bool,
+    session: &mut Session,
 ) -> std::result::Result<PendingResponse, Close> {
-    let (request, mut body) = match read_header(frame)? {
+    let sasl_listener = session.sasl.is_some();
+    let (mut request, mut body) = match read_header(frame, sasl_listener)? {
         Header::Answered(pending) => return Ok(pending),
         Header::Request(request, body) => (request, body),
     };
-    check_reachable(broker, request.key, told_member)?;
+    check_authenticated(session, request.key)?;
+    check_reachable(broker, request.key, &mut session.told_member)?;
     let kind = decode_body(request.key, request.version, &mut body)?;
-    route(broker, request, kind, peer).await
+    if api_versions::is_sasl(request.key) {
+        return sasl_step(broker, session, request, kind);
+    }
+    if session.listener.config.advertised != broker.config.advertised {
+        request.listener = Some((broker.config.node_id, session.listener.clone()));
+    }
+    route(broker, request, kind, session.peer, sasl_listener).await
+}
+
+/// Until a SASL connection is authenticated only ApiVersions and the SASL
+/// requests are served; anything else closes it, as Kafka does.
+fn check_authenticated(session: &Session, key: ApiKey) -> std::result::Result<(), Close> {
+    if session.authenticated() || key == ApiKey::ApiVersions || api_versions::is_sasl(key) {
+        return Ok(());
+    }
+    Err(Close(format!(
+        "{key:?} before SASL authentication on listener {}",
+        session.listener.config.name
+    )))
+}
+
+/// SaslHandshake or SaslAuthenticate, answered in request order: the
+/// session's state changes before the next frame is read. A failure is
+/// answered after `connection_failed_authentication_delay_ms`, and the
+/// connection closes once that answer is written.
+fn sasl_step(
+    broker: &Broker,
+    session: &mut Session,
+    r: Request,
+    kind: RequestKind,
+) -> std::result::Result<PendingResponse, Close> {
+    let Some(sasl) = session.sasl.as_mut() else {
+        return Err(Close("SASL request on a listener without SASL".into()));
+    };
+    let (body, failed) = match kind {
+        RequestKind::SaslHandshake(req) => match sasl.handshake(&req).map_err(Close)? {
+            Step::Answer(resp) => (ResponseKind::SaslHandshake(resp), false),
+            Step::Fail(resp) => (ResponseKind::SaslHandshake(resp), true),
+        },
+        RequestKind::SaslAuthenticate(req) => {
+            let (step, user) = sasl.authenticate(&req).map_err(Close)?;
+            if let Some(user) = user {
+                tracing::debug!(%user, listener = %session.listener.config.name, "SASL authenticated");
+                session.principal = Some(format!("User:{user}"));
+            }
+            match step {
+                Step::Answer(resp) => (ResponseKind::SaslAuthenticate(resp), false),
+                Step::Fail(resp) => (ResponseKind::SaslAuthenticate(resp), true),
+            }
+        }
+        other => return Err(Close(format!("not a SASL request: {other:?}"))),
+    };
+    if !failed {
+        return Ok(Box::pin(async move { r.respond(body) }));
+    }
+    crate::metrics::Metrics::count(
+        &crate::metrics::metrics()
+            .counters
+            .sasl_authentication_failures,
+        1,
+    );
+    session.close_after_answer = true;
+    let delay = broker.config.sasl.failed_authentication_delay;
+    Ok(Box::pin(async move {
+        tokio::time::sleep(delay).await;
+        r.respond(body)
+    }))
 }
 
 /// A request's identity once its header is read.
@@ -122,11 +194,18 @@ struct Request {
     key: ApiKey,
     version: i16,
     header: RequestHeader,
+    /// This node's id and the connection's listener, when its advertised
+    /// address is not the node's primary one: answers that name brokers
+    /// name this node by the listener's address ([`rewrite_addresses`]).
+    listener: Option<(i32, Arc<Listener>)>,
 }
 
 impl Request {
     /// Encodes `body` as this request's answer, counting its error codes.
-    fn respond(&self, body: ResponseKind) -> Result<Option<Frame>> {
+    fn respond(&self, mut body: ResponseKind) -> Result<Option<Frame>> {
+        if let Some((me, listener)) = &self.listener {
+            rewrite_addresses(&mut body, *me, listener);
+        }
         crate::metrics::metrics().requests.answered(self.key, &body);
         encode(self.key, self.version, self.header.correlation_id, &body)
             .map(|b| Some(Frame::whole(b)))
@@ -146,6 +225,39 @@ impl Request {
     }
 }
 
+/// Names node `me` by `listener`'s advertised address in the answers that
+/// tell clients where brokers are (Metadata, FindCoordinator,
+/// DescribeCluster): a client keeps using the listener it connected to.
+/// Other nodes keep their primary address (ADR 0028, a remaining step).
+fn rewrite_addresses(body: &mut ResponseKind, me: i32, listener: &Listener) {
+    let host = || super::wire_str(&listener.host);
+    match body {
+        ResponseKind::Metadata(r) => {
+            for b in r.brokers.iter_mut().filter(|b| b.node_id.0 == me) {
+                b.host = host();
+                b.port = listener.port;
+            }
+        }
+        ResponseKind::DescribeCluster(r) => {
+            for b in r.brokers.iter_mut().filter(|b| b.broker_id.0 == me) {
+                b.host = host();
+                b.port = listener.port;
+            }
+        }
+        ResponseKind::FindCoordinator(r) => {
+            if r.node_id.0 == me {
+                r.host = host();
+                r.port = listener.port;
+            }
+            for c in r.coordinators.iter_mut().filter(|c| c.node_id.0 == me) {
+                c.host = host();
+                c.port = listener.port;
+            }
+        }
+        _ => {}
+    }
+}
+
 /// What the header said.
 enum Header {
     /// Answered already (a too-new ApiVersions, KIP-511).
@@ -156,21 +268,21 @@ enum Header {
 
 /// Reads the api key, the version and the header, and checks that the API
 /// is served at that version (else the connection closes, ADR 0012).
-fn read_header(mut frame: Bytes) -> std::result::Result<Header, Close> {
+fn read_header(mut frame: Bytes, sasl_listener: bool) -> std::result::Result<Header, Close> {
     if frame.len() < 4 {
         return Err(Close("request shorter than its api key and version".into()));
     }
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let key = ApiKey::try_from(raw_key).map_err(|_| Close(format!("unknown api key {raw_key}")))?;
-    if api_versions::range(key).is_none() {
+    if api_versions::range(key).is_none() || (api_versions::is_sasl(key) && !sasl_listener) {
         return Err(Close(format!("api {key:?} is not served")));
     }
     let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
         .map_err(|e| Close(format!("bad {key:?} request header: {e}")))?;
     if key == ApiKey::ApiVersions && !api_versions::serves(key, version) {
         // KIP-511: answer a too-new ApiVersions with our ranges in a v0 body.
-        let body = ResponseKind::ApiVersions(api_versions::response(true));
+        let body = ResponseKind::ApiVersions(api_versions::response(true, sasl_listener));
         return Ok(Header::Answered(ready(encode(
             ApiKey::ApiVersions,
             0,
@@ -186,6 +298,7 @@ fn read_header(mut frame: Bytes) -> std::result::Result<Header, Close> {
             key,
             version,
             header,
+            listener: None,
         },
         frame,
     ))
@@ -218,6 +331,7 @@ async fn route(
     r: Request,
     kind: RequestKind,
     peer: Option<std::net::IpAddr>,
+    sasl_listener: bool,
 ) -> std::result::Result<PendingResponse, Close> {
     let b = broker.clone();
     let v = r.version;
@@ -232,9 +346,9 @@ async fn route(
             })
         }
         RequestKind::Fetch(req) => fetch_answer(b, r, req),
-        RequestKind::ApiVersions(_) => {
-            r.answer(async move { ResponseKind::ApiVersions(api_versions::response(false)) })
-        }
+        RequestKind::ApiVersions(_) => r.answer(async move {
+            ResponseKind::ApiVersions(api_versions::response(false, sasl_listener))
+        }),
         RequestKind::Metadata(req) => r.answer(async move {
             ResponseKind::Metadata(metadata::handle(Routing::of(&b), req, v).await)
         }),

@@ -18,7 +18,10 @@ pub mod offset_commit;
 pub mod produce;
 pub mod producer_state;
 pub mod records;
+pub mod sasl;
 pub mod segmented;
+pub mod session;
+pub mod tls;
 pub mod topics;
 
 #[cfg(test)]
