@@ -25,7 +25,8 @@ use tokio::task::JoinHandle;
 use super::admission::Ticket;
 use super::api_versions;
 use super::dispatch::{self, PendingResponse};
-use super::frame::{read_body, read_len};
+use super::frame::{read_body, read_len, read_token};
+use super::sasl::MAX_TOKEN;
 use super::segmented::{Frame, write_frame};
 use super::session::{Listener, Session};
 use crate::broker::Broker;
@@ -152,6 +153,31 @@ async fn serve_stream<R, W>(
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = broker.backpressure.wait_for_room() => {}
+        }
+        if session.expects_raw_sasl_token() {
+            let token = tokio::select! {
+                _ = shutdown.changed() => break,
+                t = within(idle, &peer, "closing connection: no SASL token (connections_max_idle_ms)", read_token(&mut reader, MAX_TOKEN)) => t,
+            };
+            let Some(token) = token else { break };
+            match dispatch::sasl_token(&mut session, token) {
+                Ok(reply) => {
+                    let in_flight = InFlight {
+                        handler: tokio::spawn(reply),
+                        api: None,
+                        read_at: Instant::now(),
+                    };
+                    if tx.send(in_flight).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                Err(close) => {
+                    tracing::info!(%peer, reason = %close, "closing connection");
+                    tokio::time::sleep(broker.config.sasl.failed_authentication_delay).await;
+                    break;
+                }
+            }
         }
         let len = tokio::select! {
             _ = shutdown.changed() => break,

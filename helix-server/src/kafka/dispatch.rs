@@ -129,6 +129,38 @@ pub async fn start_from(
     route(broker, request, kind, session.peer, sasl_listener).await
 }
 
+/// A bare SASL token after SaslHandshake v0: its reply token as a bare
+/// frame. Err: authentication failed, the connection closes unanswered
+/// (after the failed-authentication delay, the caller's to wait).
+pub fn sasl_token(
+    session: &mut Session,
+    token: Bytes,
+) -> std::result::Result<PendingResponse, Close> {
+    let Some(sasl) = session.sasl.as_mut() else {
+        return Err(Close("SASL token on a listener without SASL".into()));
+    };
+    match sasl.raw_token(&token) {
+        Ok((reply, user)) => {
+            if let Some(user) = user {
+                session.principal = Some(format!("User:{user}"));
+            }
+            let mut frame = Vec::with_capacity(4 + reply.len());
+            frame.extend_from_slice(&(reply.len() as i32).to_be_bytes());
+            frame.extend_from_slice(&reply);
+            Ok(ready(Ok(Bytes::from(frame))))
+        }
+        Err(why) => {
+            crate::metrics::Metrics::count(
+                &crate::metrics::metrics()
+                    .counters
+                    .sasl_authentication_failures,
+                1,
+            );
+            Err(Close(format!("SASL authentication failed: {why}")))
+        }
+    }
+}
+
 /// Until a SASL connection is authenticated only ApiVersions and the SASL
 /// requests are served; anything else closes it, as Kafka does.
 fn check_authenticated(session: &Session, key: ApiKey) -> std::result::Result<(), Close> {
@@ -155,7 +187,7 @@ fn sasl_step(
         return Err(Close("SASL request on a listener without SASL".into()));
     };
     let (body, failed) = match kind {
-        RequestKind::SaslHandshake(req) => match sasl.handshake(&req).map_err(Close)? {
+        RequestKind::SaslHandshake(req) => match sasl.handshake(&req, r.version).map_err(Close)? {
             Step::Answer(resp) => (ResponseKind::SaslHandshake(resp), false),
             Step::Fail(resp) => (ResponseKind::SaslHandshake(resp), true),
         },

@@ -118,6 +118,13 @@ impl Session {
         }
     }
 
+    /// The next frame is a bare SASL token (after SaslHandshake v0).
+    pub fn expects_raw_sasl_token(&self) -> bool {
+        self.sasl
+            .as_ref()
+            .is_some_and(SaslSession::expects_raw_token)
+    }
+
     /// Requests other than ApiVersions and SASL may be served.
     pub fn authenticated(&self) -> bool {
         self.sasl.as_ref().is_none_or(SaslSession::authenticated)

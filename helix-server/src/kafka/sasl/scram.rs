@@ -46,11 +46,20 @@ fn attributes(message: &str) -> impl Iterator<Item = (char, &str)> {
 
 /// RFC 5802 §5.1: `=2C` is `,` and `=3D` is `=` in a user name.
 fn decode_username(s: &str) -> Result<String, ScramError> {
-    let decoded = s.replace("=2C", ",").replace("=3D", "=");
-    if decoded.contains('=') && !s.contains("=3D") {
-        return Err(ScramError::Malformed("bad escape in user name"));
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find('=') {
+        out.push_str(&rest[..at]);
+        let escape = rest.get(at + 1..at + 3);
+        out.push(match escape {
+            Some("2C") => ',',
+            Some("3D") => '=',
+            _ => return Err(ScramError::Malformed("bad escape in user name")),
+        });
+        rest = &rest[at + 3..];
     }
-    Ok(decoded)
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// The client-first message: finds the user's credential and answers the
@@ -96,7 +105,12 @@ pub fn client_first(
         .scram(&user, hash)
         .cloned()
         .ok_or(ScramError::UnknownUser)?;
-    let nonce = format!("{client_nonce}{}", B64.encode(rand::random::<[u8; 24]>()));
+    // Alphanumeric, as Kafka's (`ScramFormatter.secureRandomString`).
+    let server_nonce: String = rand::random::<[u8; 24]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let nonce = format!("{client_nonce}{server_nonce}");
     let server_first = format!(
         "r={nonce},s={},i={}",
         B64.encode(&credential.salt),
@@ -137,7 +151,9 @@ impl AwaitingFinal {
         if !matches!(channel_binding, Some("biws") | Some("eSws")) {
             return Err(ScramError::Malformed("unexpected channel binding"));
         }
-        if nonce != Some(self.nonce.as_str()) {
+        // As Kafka, the nonce must end with the server-first one:
+        // librdkafka before 2.1 sends its own nonce in front of it again.
+        if !nonce.is_some_and(|n| n.ends_with(self.nonce.as_str())) {
             return Err(ScramError::Malformed("nonce does not match"));
         }
         let proof = B64
@@ -220,6 +236,13 @@ mod tests {
     fn the_right_password_authenticates_and_a_wrong_one_does_not() {
         assert_eq!(exchange("right").expect("authenticates"), "alice");
         assert!(matches!(exchange("wrong"), Err(ScramError::InvalidProof)));
+    }
+
+    #[test]
+    fn user_names_are_unescaped_as_rfc_5802_says() {
+        assert_eq!(decode_username("a=2Cb=3Dc").expect("valid"), "a,b=c");
+        assert!(decode_username("a=").is_err());
+        assert!(decode_username("a=41").is_err());
     }
 
     #[test]
