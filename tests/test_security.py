@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import struct
 import subprocess
 import time
 import uuid
@@ -285,3 +286,27 @@ def test_required_client_auth_refuses_clients_without_a_trusted_certificate(tmp_
         produce_and_consume(n.client_config("SSL", **trusted), topic, count=5)
     finally:
         n.broker.stop()
+
+
+def test_sasl_handshake_v0_takes_a_bare_plain_token(node):
+    """SaslHandshake v0 is advertised, so it is served: the token follows
+    as a bare length-prefixed frame, and so does the (empty) answer."""
+    with kwire.Conn("127.0.0.1", node.ports["SASL_PLAINTEXT"], timeout=10) as conn:
+        mechanism = b"PLAIN"
+        r = conn.request(17, 0, struct.pack(">h", len(mechanism)) + mechanism)
+        assert r.i16() == 0, "SaslHandshake v0 answered without error"
+        token = f"\0{USER}\0{PASSWORD}".encode()
+        conn.send(struct.pack(">i", len(token)) + token)
+        assert conn.recv_exact(4) == b"\0\0\0\0", "an empty token back: authenticated"
+        assert conn.api_versions(), "requests are served once authenticated"
+        conn.send(kwire.request_frame(3, 1, 98, b"\x00\x00\x00\x00"))
+        assert conn.recv_frame(), "Metadata is answered once authenticated"
+
+
+def test_a_wrong_bare_plain_token_closes_the_connection(node):
+    with kwire.Conn("127.0.0.1", node.ports["SASL_PLAINTEXT"], timeout=10) as conn:
+        r = conn.request(17, 0, struct.pack(">h", 5) + b"PLAIN")
+        assert r.i16() == 0
+        token = f"\0{USER}\0wrong".encode()
+        conn.send(struct.pack(">i", len(token)) + token)
+        assert conn.closed_by_peer(timeout=30)
