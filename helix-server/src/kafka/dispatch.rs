@@ -228,7 +228,7 @@ struct Request {
     header: RequestHeader,
     /// This node's id and the connection's listener, when its advertised
     /// address is not the node's primary one: answers that name brokers
-    /// name this node by the listener's address ([`rewrite_addresses`]).
+    /// name this node by the listener's address ([`Listener::name_node_in`]).
     listener: Option<(i32, Arc<Listener>)>,
 }
 
@@ -236,7 +236,7 @@ impl Request {
     /// Encodes `body` as this request's answer, counting its error codes.
     fn respond(&self, mut body: ResponseKind) -> Result<Option<Frame>> {
         if let Some((me, listener)) = &self.listener {
-            rewrite_addresses(&mut body, *me, listener);
+            listener.name_node_in(&mut body, *me);
         }
         crate::metrics::metrics().requests.answered(self.key, &body);
         encode(self.key, self.version, self.header.correlation_id, &body)
@@ -254,39 +254,6 @@ impl Request {
             .as_deref()
             .unwrap_or_default()
             .to_string()
-    }
-}
-
-/// Names node `me` by `listener`'s advertised address in the answers that
-/// tell clients where brokers are (Metadata, FindCoordinator,
-/// DescribeCluster): a client keeps using the listener it connected to.
-/// Other nodes keep their primary address (ADR 0028, a remaining step).
-fn rewrite_addresses(body: &mut ResponseKind, me: i32, listener: &Listener) {
-    let host = || super::wire_str(&listener.host);
-    match body {
-        ResponseKind::Metadata(r) => {
-            for b in r.brokers.iter_mut().filter(|b| b.node_id.0 == me) {
-                b.host = host();
-                b.port = listener.port;
-            }
-        }
-        ResponseKind::DescribeCluster(r) => {
-            for b in r.brokers.iter_mut().filter(|b| b.broker_id.0 == me) {
-                b.host = host();
-                b.port = listener.port;
-            }
-        }
-        ResponseKind::FindCoordinator(r) => {
-            if r.node_id.0 == me {
-                r.host = host();
-                r.port = listener.port;
-            }
-            for c in r.coordinators.iter_mut().filter(|c| c.node_id.0 == me) {
-                c.host = host();
-                c.port = listener.port;
-            }
-        }
-        _ => {}
     }
 }
 

@@ -7,6 +7,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use kafka_protocol::messages::ResponseKind;
 use tokio_rustls::TlsAcceptor;
 
 use super::sasl::credentials::Credentials;
@@ -69,6 +70,40 @@ impl Listener {
                 }))
             })
             .collect()
+    }
+
+    /// Names node `me` by `listener`'s advertised address in the answers that
+    /// tell clients where brokers are (Metadata, FindCoordinator,
+    /// DescribeCluster): a client keeps using the listener it connected to.
+    /// Other nodes keep their primary address (ADR 0028, a remaining step).
+    pub fn name_node_in(&self, body: &mut ResponseKind, me: i32) {
+        let listener = self;
+        let host = || super::wire_str(&listener.host);
+        match body {
+            ResponseKind::Metadata(r) => {
+                for b in r.brokers.iter_mut().filter(|b| b.node_id.0 == me) {
+                    b.host = host();
+                    b.port = listener.port;
+                }
+            }
+            ResponseKind::DescribeCluster(r) => {
+                for b in r.brokers.iter_mut().filter(|b| b.broker_id.0 == me) {
+                    b.host = host();
+                    b.port = listener.port;
+                }
+            }
+            ResponseKind::FindCoordinator(r) => {
+                if r.node_id.0 == me {
+                    r.host = host();
+                    r.port = listener.port;
+                }
+                for c in r.coordinators.iter_mut().filter(|c| c.node_id.0 == me) {
+                    c.host = host();
+                    c.port = listener.port;
+                }
+            }
+            _ => {}
+        }
     }
 
     /// A plaintext listener on `advertised` (unit tests of dispatch).
