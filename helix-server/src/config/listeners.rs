@@ -164,6 +164,22 @@ fn protocol_map(text: &str) -> Result<Vec<(String, SecurityProtocol)>, String> {
         .collect()
 }
 
+/// A node's `advertised.listeners`: each listener name with the host and
+/// port clients of that listener are told.
+pub fn advertised_addresses(text: &str) -> Result<Vec<(String, String, i32)>, String> {
+    name_addr_list("advertised_listeners", text)?
+        .into_iter()
+        .map(|(name, addr)| {
+            let (host, port) = addr
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+                .filter(|(h, _)| !h.is_empty())
+                .ok_or_else(|| format!("{name}: {addr:?} is not HOST:PORT"))?;
+            Ok((name, host, i32::from(port)))
+        })
+        .collect()
+}
+
 /// `HOST:PORT` to bind; an empty host binds every interface, as in Kafka.
 fn bind_addr(name: &str, addr: &str) -> Result<SocketAddr, String> {
     let addr = if addr.starts_with(':') {

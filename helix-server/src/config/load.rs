@@ -228,7 +228,15 @@ impl Config {
             advertised: c.advertised.clone(),
         }];
         if let Some(text) = flags.listeners.or(file.listeners) {
-            let advertised_listeners = flags.advertised_listeners.or(file.advertised_listeners);
+            // This node's `[[nodes]]` entry may say it, as for the others.
+            let advertised_listeners = flags
+                .advertised_listeners
+                .or(file.advertised_listeners)
+                .or_else(|| {
+                    c.cluster
+                        .as_ref()
+                        .and_then(|m| m.this_node().advertised_listeners.clone())
+                });
             let map = flags
                 .listener_security_protocol_map
                 .or(file.listener_security_protocol_map);

@@ -123,7 +123,9 @@ pub async fn start_from(
     if api_versions::is_sasl(request.key) {
         return sasl_step(broker, session, request, kind);
     }
-    if session.listener.config.advertised != broker.config.advertised {
+    if session.listener.config.advertised != broker.config.advertised
+        || !session.listener.others.is_empty()
+    {
         request.listener = Some((broker.config.node_id, session.listener.clone()));
     }
     route(broker, request, kind, session.peer, sasl_listener).await
@@ -226,9 +228,9 @@ struct Request {
     key: ApiKey,
     version: i16,
     header: RequestHeader,
-    /// This node's id and the connection's listener, when its advertised
-    /// address is not the node's primary one: answers that name brokers
-    /// name this node by the listener's address ([`Listener::name_node_in`]).
+    /// This node's id and the connection's listener, when its addresses
+    /// are not the nodes' primary ones: answers that name brokers name
+    /// them by the listener's addresses ([`Listener::name_nodes_in`]).
     listener: Option<(i32, Arc<Listener>)>,
 }
 
@@ -236,7 +238,7 @@ impl Request {
     /// Encodes `body` as this request's answer, counting its error codes.
     fn respond(&self, mut body: ResponseKind) -> Result<Option<Frame>> {
         if let Some((me, listener)) = &self.listener {
-            listener.name_node_in(&mut body, *me);
+            listener.name_nodes_in(&mut body, *me);
         }
         crate::metrics::metrics().requests.answered(self.key, &body);
         encode(self.key, self.version, self.header.correlation_id, &body)

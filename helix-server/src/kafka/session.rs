@@ -12,6 +12,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::sasl::credentials::Credentials;
 use super::sasl::{SaslServer, SaslSession};
+use crate::config::listeners::advertised_addresses;
 use crate::config::{Config, ListenerConfig, SecurityProtocol};
 
 /// A bound listener's settings, shared by its connections.
@@ -24,6 +25,9 @@ pub struct Listener {
     /// The advertised address split, as Metadata carries it.
     pub host: String,
     pub port: i32,
+    /// The other nodes' addresses on a listener of this name (their
+    /// `[[nodes]]` `advertised_listeners`): node id, host, port.
+    pub others: Vec<(i32, String, i32)>,
 }
 
 impl std::fmt::Debug for Listener {
@@ -61,8 +65,25 @@ impl Listener {
                     .rsplit_once(':')
                     .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
                     .ok_or_else(|| format!("listener {}: advertised is not HOST:PORT", l.name))?;
+                let mut others = Vec::new();
+                for n in config.cluster.iter().flat_map(|m| &m.nodes) {
+                    let Some(text) = n.advertised_listeners.as_deref() else {
+                        continue;
+                    };
+                    if n.id == config.node_id {
+                        continue;
+                    }
+                    let addresses = advertised_addresses(text)
+                        .map_err(|e| format!("node {}: advertised_listeners: {e}", n.id))?;
+                    if let Some((_, host, port)) =
+                        addresses.into_iter().find(|(name, _, _)| *name == l.name)
+                    {
+                        others.push((n.id, host, port));
+                    }
+                }
                 Ok(Arc::new(Listener {
                     config: l.clone(),
+                    others,
                     tls: tls.clone().filter(|_| l.protocol.uses_tls()),
                     sasl: sasl.clone().filter(|_| l.protocol.uses_sasl()),
                     host,
@@ -72,34 +93,45 @@ impl Listener {
             .collect()
     }
 
-    /// Names node `me` by `listener`'s advertised address in the answers that
-    /// tell clients where brokers are (Metadata, FindCoordinator,
-    /// DescribeCluster): a client keeps using the listener it connected to.
-    /// Other nodes keep their primary address (ADR 0028, a remaining step).
-    pub fn name_node_in(&self, body: &mut ResponseKind, me: i32) {
-        let listener = self;
-        let host = || super::wire_str(&listener.host);
+    /// Names the nodes by their addresses on this listener in the answers
+    /// that tell clients where brokers are (Metadata, FindCoordinator,
+    /// DescribeCluster), so a client keeps using the listener it connected
+    /// to: node `me` by this listener's advertised address, the others by
+    /// their `[[nodes]]` `advertised_listeners` entry of the same name
+    /// (nodes without one keep their `kafka` address).
+    pub fn name_nodes_in(&self, body: &mut ResponseKind, me: i32) {
+        let address = |id: i32| {
+            if id == me {
+                return Some((super::wire_str(&self.host), self.port));
+            }
+            self.others
+                .iter()
+                .find(|(n, _, _)| *n == id)
+                .map(|(_, host, port)| (super::wire_str(host), *port))
+        };
         match body {
             ResponseKind::Metadata(r) => {
-                for b in r.brokers.iter_mut().filter(|b| b.node_id.0 == me) {
-                    b.host = host();
-                    b.port = listener.port;
+                for b in &mut r.brokers {
+                    if let Some((host, port)) = address(b.node_id.0) {
+                        (b.host, b.port) = (host, port);
+                    }
                 }
             }
             ResponseKind::DescribeCluster(r) => {
-                for b in r.brokers.iter_mut().filter(|b| b.broker_id.0 == me) {
-                    b.host = host();
-                    b.port = listener.port;
+                for b in &mut r.brokers {
+                    if let Some((host, port)) = address(b.broker_id.0) {
+                        (b.host, b.port) = (host, port);
+                    }
                 }
             }
             ResponseKind::FindCoordinator(r) => {
-                if r.node_id.0 == me {
-                    r.host = host();
-                    r.port = listener.port;
+                if let Some((host, port)) = address(r.node_id.0) {
+                    (r.host, r.port) = (host, port);
                 }
-                for c in r.coordinators.iter_mut().filter(|c| c.node_id.0 == me) {
-                    c.host = host();
-                    c.port = listener.port;
+                for c in &mut r.coordinators {
+                    if let Some((host, port)) = address(c.node_id.0) {
+                        (c.host, c.port) = (host, port);
+                    }
                 }
             }
             _ => {}
@@ -120,6 +152,7 @@ impl Listener {
             sasl: None,
             host: host.into(),
             port,
+            others: Vec::new(),
         })
     }
 }
@@ -163,5 +196,49 @@ impl Session {
     /// Requests other than ApiVersions and SASL may be served.
     pub fn authenticated(&self) -> bool {
         self.sasl.as_ref().is_none_or(SaslSession::authenticated)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+    use kafka_protocol::messages::{BrokerId, MetadataResponse};
+
+    use super::*;
+
+    #[test]
+    fn metadata_names_every_node_by_the_clients_listener_where_known() {
+        let mut listener = Listener::plaintext("secure.example", 9093);
+        if let Some(l) = Arc::get_mut(&mut listener) {
+            l.others = vec![(2, "two.example".into(), 19093)];
+        }
+        let broker = |id: i32| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(id))
+                .with_host(super::super::wire_str("primary"))
+                .with_port(9092)
+        };
+        let mut body = ResponseKind::Metadata(MetadataResponse::default().with_brokers(vec![
+            broker(1),
+            broker(2),
+            broker(3),
+        ]));
+        listener.name_nodes_in(&mut body, 1);
+        let ResponseKind::Metadata(r) = body else {
+            panic!("still Metadata")
+        };
+        let named: Vec<(String, i32)> = r
+            .brokers
+            .iter()
+            .map(|b| (b.host.to_string(), b.port))
+            .collect();
+        assert_eq!(
+            named,
+            vec![
+                ("secure.example".to_string(), 9093),
+                ("two.example".to_string(), 19093),
+                ("primary".to_string(), 9092),
+            ]
+        );
     }
 }
