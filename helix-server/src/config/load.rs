@@ -383,6 +383,20 @@ impl Config {
                 ));
             }
         }
+        // A TLS or SASL file with no listener to use it is a mistake (a
+        // listener left out of `listeners`), not something to ignore.
+        let any = |f: fn(SecurityProtocol) -> bool| self.listeners.iter().any(|l| f(l.protocol));
+        let tls_set = self.tls.keystore_location.is_some()
+            || self.tls.truststore_location.is_some()
+            || self.tls.client_auth != ClientAuth::None;
+        if tls_set && !any(SecurityProtocol::uses_tls) {
+            return bad("ssl_* settings are given but no listener is SSL or SASL_SSL".into());
+        }
+        if self.sasl.users_file.is_some() && !any(SecurityProtocol::uses_sasl) {
+            return bad(
+                "sasl_users_file is given but no listener is SASL_PLAINTEXT or SASL_SSL".into(),
+            );
+        }
         if self.tls.client_auth != ClientAuth::None && self.tls.truststore_location.is_none() {
             return bad("ssl_client_auth requested/required needs ssl_truststore_location".into());
         }

@@ -246,7 +246,23 @@ fn secure_listeners_need_their_files() {
     assert_eq!(c.listen.port(), 19092);
     assert_eq!(c.listeners[1].protocol, SecurityProtocol::SaslSsl);
     assert!(
-        Config::load(flags(&["--ssl-client-auth", "required"])).is_err(),
+        Config::load(flags(&[
+            "--listeners",
+            "SSL://127.0.0.1:19093",
+            "--ssl-keystore-location",
+            "k.pem",
+            "--ssl-client-auth",
+            "required"
+        ]))
+        .is_err(),
         "client auth needs a trust store"
+    );
+    assert!(
+        Config::load(flags(&["--ssl-keystore-location", "k.pem"])).is_err(),
+        "a TLS setting without a TLS listener is refused, not ignored"
+    );
+    assert!(
+        Config::load(flags(&["--sasl-users-file", "users.toml"])).is_err(),
+        "a users file without a SASL listener is refused, not ignored"
     );
 }
