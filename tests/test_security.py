@@ -310,3 +310,45 @@ def test_a_wrong_bare_plain_token_closes_the_connection(node):
         token = f"\0{USER}\0wrong".encode()
         conn.send(struct.pack(">i", len(token)) + token)
         assert conn.closed_by_peer(timeout=30)
+
+
+def test_a_cluster_names_every_node_by_the_clients_listener(tmp_path, topic):
+    """Three nodes, each with PLAINTEXT and SASL_PLAINTEXT listeners and
+    `advertised_listeners` in its `[[nodes]]` table: a client on the SASL
+    listener is told every node's SASL address, and produces and consumes
+    through all of them."""
+    from cluster_harness import HelixCluster
+
+    binary = harness.helix_binary()
+    if not os.access(binary, os.X_OK):
+        pytest.skip(f"{binary} missing: cargo build --release -p helix-server")
+    users = tmp_path / "users.toml"
+    users_file(binary, users)
+    cluster = HelixCluster(tmp_path / "cluster", 3)
+    sasl_ports = {n.id: harness.free_port() for n in cluster.nodes}
+
+    def listeners(n) -> str:
+        return f"PLAINTEXT://127.0.0.1:{n.kafka_port},SASL_PLAINTEXT://127.0.0.1:{sasl_ports[n.id]}"
+
+    for me in cluster.nodes:
+        text = me.config.read_text()
+        for n in cluster.nodes:
+            line = f'kafka = "127.0.0.1:{n.kafka_port}"\n'
+            text = text.replace(line, line + f'advertised_listeners = "{listeners(n)}"\n')
+        me.config.write_text(
+            f'listeners = "{listeners(me)}"\nsasl_users_file = "{users}"\n' + text)
+    cluster.start()
+    try:
+        config = {"bootstrap.servers": f"127.0.0.1:{sasl_ports[1]}",
+                  "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                  "sasl.username": USER, "sasl.password": PASSWORD}
+        assert sorted(metadata_brokers(config)) == sorted(
+            f"127.0.0.1:{p}" for p in sasl_ports.values())
+        plain = {"bootstrap.servers": cluster.node(2).bootstrap}
+        assert sorted(metadata_brokers(plain)) == sorted(n.bootstrap for n in cluster.nodes)
+        from confluent_kafka.admin import NewTopic
+        admin = AdminClient(config)
+        admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+        produce_and_consume(config, topic, count=30)
+    finally:
+        cluster.stop()
