@@ -37,6 +37,9 @@ fn main() {
     if let Some(config::CliCommand::Status(args)) = &flags.command {
         std::process::exit(status_command(args));
     }
+    if let Some(config::CliCommand::ScramCredential(args)) = &flags.command {
+        std::process::exit(scram_credential_command(args));
+    }
     let config = match config::Config::load(flags) {
         Ok(c) => c,
         Err(e) => {
@@ -90,4 +93,37 @@ fn status_command(args: &config::StatusArgs) -> i32 {
     };
     let timeout = std::time::Duration::from_millis(args.timeout_ms);
     runtime.block_on(status::run(&args.bootstrap, args.json, timeout))
+}
+
+/// `helix-server scram-credential`: prints a users-file entry (salted;
+/// the password, read from stdin, is neither printed nor kept).
+fn scram_credential_command(args: &config::ScramCredentialArgs) -> i32 {
+    use kafka::sasl::credentials::{
+        MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential, ScramHash, random_salt,
+    };
+    let Some(hash) = ScramHash::of_mechanism(&args.mechanism) else {
+        eprintln!(
+            "helix-server scram-credential: mechanism must be SCRAM-SHA-256 or SCRAM-SHA-512"
+        );
+        return 2;
+    };
+    if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&args.iterations) {
+        eprintln!(
+            "helix-server scram-credential: iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}"
+        );
+        return 2;
+    }
+    let mut password = String::new();
+    if let Err(e) = std::io::stdin().read_line(&mut password) {
+        eprintln!("helix-server scram-credential: cannot read the password: {e}");
+        return 1;
+    }
+    let password = password.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        eprintln!("helix-server scram-credential: empty password");
+        return 2;
+    }
+    let credential = ScramCredential::derive(hash, password, random_salt(), args.iterations);
+    print!("{}", credential.to_toml(&args.user));
+    0
 }

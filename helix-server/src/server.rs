@@ -6,8 +6,10 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use std::net::SocketAddr;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::broker::{Broker, RETENTION_INTERVAL};
@@ -16,6 +18,7 @@ use crate::endpoint::{self, Endpoint};
 use crate::error::{HelixError, Result};
 use crate::kafka::admission::Admission;
 use crate::kafka::connection;
+use crate::kafka::session::Listener;
 use crate::metrics::metrics;
 
 /// How long shutdown waits for this node's groups to get other leaders.
@@ -55,6 +58,36 @@ impl DataDirLock {
     }
 }
 
+/// Accepted connections waiting for the main loop (each listener's accept
+/// loop waits when it is full, so does the kernel's backlog).
+const ACCEPT_QUEUE: usize = 64;
+
+/// Accepts on one listener and hands each connection, tagged with its
+/// listener, to the main loop (admission happens there, node-wide).
+async fn accept_loop(
+    socket: TcpListener,
+    listener: Arc<Listener>,
+    accepted: mpsc::Sender<(TcpStream, SocketAddr, Arc<Listener>)>,
+) {
+    loop {
+        match socket.accept().await {
+            Ok((stream, peer)) => {
+                if accepted
+                    .send((stream, peer, listener.clone()))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, listener = %listener.config.name, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
 /// Runs the broker until a shutdown signal.
 pub async fn run(config: Config) -> Result<()> {
     let signal = shutdown_signal();
@@ -67,8 +100,31 @@ pub async fn run(config: Config) -> Result<()> {
     }
     // Open (and replay) everything before binding: a client that can
     // connect finds a broker that is ready and handles SIGTERM.
+    let listeners = Listener::all(&config).map_err(HelixError::Config)?;
     let broker = Broker::open(config).await?;
-    let listener = TcpListener::bind(broker.config.listen).await?;
+    let mut bound = Vec::with_capacity(listeners.len());
+    for l in listeners {
+        let socket = TcpListener::bind(l.config.bind).await.map_err(|e| {
+            HelixError::Config(format!(
+                "cannot listen on {} (listener {}): {e}",
+                l.config.bind, l.config.name
+            ))
+        })?;
+        tracing::info!(
+            listener = %l.config.name,
+            protocol = l.config.protocol.name(),
+            bind = %l.config.bind,
+            advertised = %l.config.advertised,
+            "listening"
+        );
+        bound.push((socket, l));
+    }
+    let (accepted_tx, mut accepted_rx) = mpsc::channel(ACCEPT_QUEUE);
+    let accept_loops: Vec<_> = bound
+        .into_iter()
+        .map(|(socket, l)| tokio::spawn(accept_loop(socket, l, accepted_tx.clone())))
+        .collect();
+    drop(accepted_tx);
     endpoint.serving(&broker);
     tracing::info!(
         listen = %broker.config.listen,
@@ -103,15 +159,7 @@ pub async fn run(config: Config) -> Result<()> {
             _ = &mut signal => break,
             _ = retention.tick() => broker.apply_retention(),
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                };
+            Some((stream, peer, listener)) = accepted_rx.recv() => {
                 let ticket = match admission.admit(peer.ip()) {
                     Ok(t) => t,
                     Err(refused) => {
@@ -122,14 +170,17 @@ pub async fn run(config: Config) -> Result<()> {
                 };
                 let b = broker.clone();
                 let rx = shutdown_rx.clone();
-                connections.spawn(connection::serve(b, stream, rx, ticket));
+                connections.spawn(connection::serve(b, stream, listener, rx, ticket));
             }
         }
     }
     tracing::info!(
         "shutting down: no new connections, handing leadership over, finishing in-flight requests"
     );
-    drop(listener);
+    for a in &accept_loops {
+        a.abort();
+    }
+    drop(accepted_rx);
     // Leaders first move away, so clients see NOT_LEADER_OR_FOLLOWER (and
     // find the new leader) rather than a timeout on a vanished node.
     broker.host.step_down(STEP_DOWN_GRACE).await;

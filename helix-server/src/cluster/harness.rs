@@ -208,6 +208,7 @@ pub(super) fn node_specs(n: i32) -> Vec<NodeSpec> {
             kafka: format!("127.0.0.1:{}", 19000 + id),
             peer: format!("127.0.0.1:{}", 19100 + id),
             metrics: None,
+            advertised_listeners: None,
         })
         .collect()
 }

@@ -436,9 +436,9 @@ async fn a_node_cut_off_answers_new_connections_and_closes_those_told_it_is_a_me
         3,
         &RequestKind::ApiVersions(Default::default()),
     );
-    let mut told = true;
+    let mut told = crate::kafka::tests::test_session(true);
     assert!(
-        crate::kafka::dispatch::start_from(c.broker(3), api_versions, None, &mut told)
+        crate::kafka::dispatch::start_from(c.broker(3), api_versions, &mut told)
             .await
             .is_ok(),
         "ApiVersions is still answered"

@@ -8,7 +8,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{BackpressureMode, Config, Flags, LogFormat, Members, NodeSpec, WriteDurability};
+use super::listeners::{SASL_MECHANISMS, parse_listeners};
+use super::{
+    BackpressureMode, ClientAuth, Config, Flags, ListenerConfig, LogFormat, Members, NodeSpec,
+    SecurityProtocol, WriteDurability,
+};
 use crate::error::{HelixError, Result};
 
 /// The TOML file: the same settings as [`Flags`], all optional.
@@ -18,6 +22,16 @@ struct FileConfig {
     node_id: Option<i32>,
     listen: Option<SocketAddr>,
     advertised: Option<String>,
+    listeners: Option<String>,
+    advertised_listeners: Option<String>,
+    listener_security_protocol_map: Option<String>,
+    ssl_keystore_location: Option<PathBuf>,
+    ssl_truststore_location: Option<PathBuf>,
+    ssl_client_auth: Option<ClientAuth>,
+    ssl_handshake_timeout_ms: Option<u64>,
+    sasl_enabled_mechanisms: Option<String>,
+    sasl_users_file: Option<PathBuf>,
+    connection_failed_authentication_delay_ms: Option<u64>,
     data_dir: Option<PathBuf>,
     write_durability: Option<WriteDurability>,
     log_level: Option<String>,
@@ -240,7 +254,73 @@ impl Config {
             advertised = advertised.or_else(|| Some(cluster.this_node().kafka.clone()));
             c.cluster = Some(cluster);
         }
+        let advertised_given = advertised.is_some();
         c.advertised = advertised.unwrap_or_else(|| c.listen.to_string());
+        c.listeners = vec![ListenerConfig {
+            name: "PLAINTEXT".into(),
+            protocol: SecurityProtocol::Plaintext,
+            bind: c.listen,
+            advertised: c.advertised.clone(),
+        }];
+        if let Some(text) = flags.listeners.or(file.listeners) {
+            // This node's `[[nodes]]` entry may say it, as for the others.
+            let advertised_listeners = flags
+                .advertised_listeners
+                .or(file.advertised_listeners)
+                .or_else(|| {
+                    c.cluster
+                        .as_ref()
+                        .and_then(|m| m.this_node().advertised_listeners.clone())
+                });
+            let map = flags
+                .listener_security_protocol_map
+                .or(file.listener_security_protocol_map);
+            c.listeners = parse_listeners(&text, advertised_listeners.as_deref(), map.as_deref())
+                .map_err(HelixError::Config)?;
+            // The first listener is the node's primary address (the one
+            // `[[nodes]]` names, when given, stays the member address).
+            c.listen = c.listeners[0].bind;
+            if !advertised_given {
+                c.advertised = c.listeners[0].advertised.clone();
+            }
+        }
+        if let Some(path) = flags.ssl_keystore_location.or(file.ssl_keystore_location) {
+            c.tls.keystore_location = Some(path);
+        }
+        if let Some(path) = flags
+            .ssl_truststore_location
+            .or(file.ssl_truststore_location)
+        {
+            c.tls.truststore_location = Some(path);
+        }
+        if let Some(v) = flags.ssl_client_auth.or(file.ssl_client_auth) {
+            c.tls.client_auth = v;
+        }
+        if let Some(ms) = flags
+            .ssl_handshake_timeout_ms
+            .or(file.ssl_handshake_timeout_ms)
+        {
+            c.tls.handshake_timeout = Duration::from_millis(ms);
+        }
+        if let Some(text) = flags
+            .sasl_enabled_mechanisms
+            .or(file.sasl_enabled_mechanisms)
+        {
+            c.sasl.enabled_mechanisms = text
+                .split(',')
+                .map(|m| m.trim().to_ascii_uppercase())
+                .filter(|m| !m.is_empty())
+                .collect();
+        }
+        if let Some(path) = flags.sasl_users_file.or(file.sasl_users_file) {
+            c.sasl.users_file = Some(path);
+        }
+        if let Some(ms) = flags
+            .connection_failed_authentication_delay_ms
+            .or(file.connection_failed_authentication_delay_ms)
+        {
+            c.sasl.failed_authentication_delay = Duration::from_millis(ms);
+        }
         c.validate()?;
         Ok(c)
     }
@@ -284,6 +364,7 @@ impl Config {
         if advertised_host_port(&self.advertised).is_none() {
             return bad("advertised must be HOST:PORT");
         }
+        self.validate_security()?;
         if self.shards == 0 || self.shards > 256 {
             return bad("shards must be between 1 and 256");
         }
@@ -310,6 +391,67 @@ impl Config {
         self.groups.validate().map_err(HelixError::Config)?;
         self.transactions.validate().map_err(HelixError::Config)?;
         self.cleaner.validate().map_err(HelixError::Config)?;
+        Ok(())
+    }
+}
+
+impl Config {
+    /// A secure listener has what its protocol needs: no TLS or SASL
+    /// setting is accepted and then left unused silently.
+    fn validate_security(&self) -> Result<()> {
+        let bad = |what: String| Err(HelixError::Config(what));
+        for l in &self.listeners {
+            if advertised_host_port(&l.advertised).is_none() {
+                return bad(format!("listener {}: advertised must be HOST:PORT", l.name));
+            }
+            if l.protocol.uses_tls() && self.tls.keystore_location.is_none() {
+                return bad(format!(
+                    "listener {} ({}) needs ssl_keystore_location",
+                    l.name,
+                    l.protocol.name()
+                ));
+            }
+            if l.protocol.uses_sasl() && self.sasl.users_file.is_none() {
+                return bad(format!(
+                    "listener {} ({}) needs sasl_users_file",
+                    l.name,
+                    l.protocol.name()
+                ));
+            }
+        }
+        // A TLS or SASL file with no listener to use it is a mistake (a
+        // listener left out of `listeners`), not something to ignore.
+        let any = |f: fn(SecurityProtocol) -> bool| self.listeners.iter().any(|l| f(l.protocol));
+        let tls_set = self.tls.keystore_location.is_some()
+            || self.tls.truststore_location.is_some()
+            || self.tls.client_auth != ClientAuth::None;
+        if tls_set && !any(SecurityProtocol::uses_tls) {
+            return bad("ssl_* settings are given but no listener is SSL or SASL_SSL".into());
+        }
+        if self.sasl.users_file.is_some() && !any(SecurityProtocol::uses_sasl) {
+            return bad(
+                "sasl_users_file is given but no listener is SASL_PLAINTEXT or SASL_SSL".into(),
+            );
+        }
+        if self.tls.client_auth != ClientAuth::None && self.tls.truststore_location.is_none() {
+            return bad("ssl_client_auth requested/required needs ssl_truststore_location".into());
+        }
+        if self.tls.handshake_timeout.is_zero() {
+            return bad("ssl_handshake_timeout_ms must be positive".into());
+        }
+        if self.sasl.enabled_mechanisms.is_empty() {
+            return bad("sasl_enabled_mechanisms must name at least one mechanism".into());
+        }
+        if let Some(m) = self
+            .sasl
+            .enabled_mechanisms
+            .iter()
+            .find(|m| !SASL_MECHANISMS.contains(&m.as_str()))
+        {
+            return bad(format!(
+                "sasl_enabled_mechanisms: {m} is not one of {SASL_MECHANISMS:?}"
+            ));
+        }
         Ok(())
     }
 }

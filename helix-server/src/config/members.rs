@@ -5,6 +5,8 @@
 //! id = 1
 //! kafka = "127.0.0.1:9092"   # Kafka listener, advertised to clients
 //! peer = "127.0.0.1:9192"    # peer transport listener
+//! # optional: per-listener addresses told to clients of that listener
+//! advertised_listeners = "PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9093"
 //! ```
 //!
 //! Every node is started with the same list (or one whose ids and Kafka
@@ -34,6 +36,11 @@ pub struct NodeSpec {
     /// 127.0.0.1 at 9644 plus the node's position in the sorted list).
     #[serde(default)]
     pub metrics: Option<String>,
+    /// The node's `advertised.listeners` (`NAME://HOST:PORT,...`): what a
+    /// client connected to a listener of that name is told of this node
+    /// (optional; without it clients are told `kafka`, ADR 0028).
+    #[serde(default)]
+    pub advertised_listeners: Option<String>,
 }
 
 /// The validated `[[nodes]]` list: every member of the cluster, and this node.
@@ -78,6 +85,13 @@ impl Members {
                     return bad(format!("{at}: address {addr} is also {other}"));
                 }
                 seen_addresses.push((resolved, at));
+            }
+        }
+        for (i, n) in nodes.iter().enumerate() {
+            if let Some(text) = &n.advertised_listeners {
+                super::listeners::advertised_addresses(text).map_err(|e| {
+                    HelixError::Config(format!("nodes[{i}].advertised_listeners: {e}"))
+                })?;
             }
         }
         if !nodes.iter().any(|n| n.id == node_id) {
@@ -169,6 +183,7 @@ mod tests {
             kafka: format!("127.0.0.1:{kafka}"),
             peer: format!("127.0.0.1:{peer}"),
             metrics: None,
+            advertised_listeners: None,
         }
     }
 

@@ -14,11 +14,13 @@ use serde::Deserialize;
 mod cleaner;
 mod groups;
 mod identity;
+pub mod listeners;
 mod load;
 pub mod members;
 mod transactions;
 pub use cleaner::{CleanerConfig, CleanupPolicy};
 pub use groups::GroupConfig;
+pub use listeners::{ClientAuth, ListenerConfig, SaslConfig, SecurityProtocol, TlsConfig};
 pub use members::{Members, NodeSpec};
 pub use transactions::TxnConfig;
 
@@ -63,6 +65,22 @@ pub enum CliCommand {
     /// Print the cluster as any node shows it: nodes, partitions, leaders,
     /// ISR, end offsets, consumer groups and their lag.
     Status(StatusArgs),
+    /// Print a salted SCRAM credential for the users file
+    /// (`sasl_users_file`); the password is read from stdin, one line.
+    ScramCredential(ScramCredentialArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ScramCredentialArgs {
+    /// The user name.
+    #[arg(long)]
+    pub user: String,
+    /// SCRAM-SHA-256 or SCRAM-SHA-512.
+    #[arg(long, default_value = "SCRAM-SHA-512")]
+    pub mechanism: String,
+    /// PBKDF2 iterations (Kafka's minimum is 4096).
+    #[arg(long, default_value_t = 4096)]
+    pub iterations: u32,
 }
 
 #[derive(Debug, clap::Args)]
@@ -105,6 +123,38 @@ pub struct Flags {
     /// Address advertised to clients in Metadata (default: the listen address).
     #[arg(long)]
     pub advertised: Option<String>,
+    /// Kafka's `listeners`: `NAME://HOST:PORT,...` (replaces `--listen`).
+    #[arg(long)]
+    pub listeners: Option<String>,
+    /// Kafka's `advertised.listeners`: `NAME://HOST:PORT,...`.
+    #[arg(long)]
+    pub advertised_listeners: Option<String>,
+    /// Kafka's `listener.security.protocol.map`: `NAME:PROTOCOL,...`.
+    #[arg(long)]
+    pub listener_security_protocol_map: Option<String>,
+    /// Kafka's `ssl.keystore.location` (type PEM): certificate chain and
+    /// private key.
+    #[arg(long)]
+    pub ssl_keystore_location: Option<PathBuf>,
+    /// Kafka's `ssl.truststore.location` (type PEM): CA certificates for
+    /// client certificates.
+    #[arg(long)]
+    pub ssl_truststore_location: Option<PathBuf>,
+    /// Kafka's `ssl.client.auth`: none, requested or required.
+    #[arg(long, value_enum)]
+    pub ssl_client_auth: Option<ClientAuth>,
+    /// A TLS handshake not finished within this is closed.
+    #[arg(long)]
+    pub ssl_handshake_timeout_ms: Option<u64>,
+    /// Kafka's `sasl.enabled.mechanisms`: comma-separated.
+    #[arg(long)]
+    pub sasl_enabled_mechanisms: Option<String>,
+    /// File of salted SCRAM credentials (`helix-server scram-credential`).
+    #[arg(long)]
+    pub sasl_users_file: Option<PathBuf>,
+    /// Kafka's `connection.failed.authentication.delay.ms`.
+    #[arg(long)]
+    pub connection_failed_authentication_delay_ms: Option<u64>,
     /// Directory holding every log and the controller state.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -330,6 +380,14 @@ pub struct Config {
     pub listen: SocketAddr,
     /// `host:port` put into Metadata (default: `listen`).
     pub advertised: String,
+    /// Every listener, in the order given; default one `PLAINTEXT` listener
+    /// on `listen`, advertised as `advertised`. `listen` and `advertised`
+    /// are the first listener's.
+    pub listeners: Vec<ListenerConfig>,
+    /// The `SSL` / `SASL_SSL` listeners' TLS settings.
+    pub tls: TlsConfig,
+    /// The `SASL_*` listeners' SASL settings.
+    pub sasl: SaslConfig,
     /// Data directory (default `./helix-data`).
     pub data_dir: PathBuf,
     /// Default `replication-only`.
@@ -425,6 +483,14 @@ impl Default for Config {
             node_id: 1,
             listen,
             advertised: listen.to_string(),
+            listeners: vec![ListenerConfig {
+                name: "PLAINTEXT".into(),
+                protocol: SecurityProtocol::Plaintext,
+                bind: listen,
+                advertised: listen.to_string(),
+            }],
+            tls: TlsConfig::default(),
+            sasl: SaslConfig::default(),
             data_dir: PathBuf::from("./helix-data"),
             write_durability: WriteDurability::ReplicationOnly,
             log_level: None,

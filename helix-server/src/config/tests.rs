@@ -222,3 +222,59 @@ fn transaction_snapshot_after_records_comes_from_flags_and_toml() {
     assert_eq!(c.transactions.snapshot_after_records, 20);
     assert!(load_with_file("", &["--transaction-snapshot-after-records", "0"]).is_err());
 }
+
+#[test]
+fn listen_alone_is_one_plaintext_listener() {
+    let c = Config::load(flags(&["--listen", "127.0.0.1:19092"])).expect("valid");
+    assert_eq!(c.listeners.len(), 1);
+    assert_eq!(c.listeners[0].name, "PLAINTEXT");
+    assert_eq!(c.listeners[0].protocol, SecurityProtocol::Plaintext);
+    assert_eq!(c.listeners[0].advertised, "127.0.0.1:19092");
+}
+
+#[test]
+fn secure_listeners_need_their_files() {
+    let listeners = "PLAINTEXT://127.0.0.1:19092,SASL_SSL://127.0.0.1:19093";
+    assert!(Config::load(flags(&["--listeners", listeners])).is_err());
+    assert!(
+        Config::load(flags(&[
+            "--listeners",
+            listeners,
+            "--ssl-keystore-location",
+            "k.pem"
+        ]))
+        .is_err(),
+        "SASL_SSL needs a users file too"
+    );
+    let c = Config::load(flags(&[
+        "--listeners",
+        listeners,
+        "--ssl-keystore-location",
+        "k.pem",
+        "--sasl-users-file",
+        "users.toml",
+    ]))
+    .expect("valid");
+    assert_eq!(c.listen.port(), 19092);
+    assert_eq!(c.listeners[1].protocol, SecurityProtocol::SaslSsl);
+    assert!(
+        Config::load(flags(&[
+            "--listeners",
+            "SSL://127.0.0.1:19093",
+            "--ssl-keystore-location",
+            "k.pem",
+            "--ssl-client-auth",
+            "required"
+        ]))
+        .is_err(),
+        "client auth needs a trust store"
+    );
+    assert!(
+        Config::load(flags(&["--ssl-keystore-location", "k.pem"])).is_err(),
+        "a TLS setting without a TLS listener is refused, not ignored"
+    );
+    assert!(
+        Config::load(flags(&["--sasl-users-file", "users.toml"])).is_err(),
+        "a users file without a SASL listener is refused, not ignored"
+    );
+}

@@ -113,7 +113,7 @@ fn produce_path(f: &mut Families) {
 
 fn counters(f: &mut Families) {
     let c = &metrics().counters;
-    let counters: [(&'static str, &'static str, &AtomicU64); 19] = [
+    let counters: [(&'static str, &'static str, &AtomicU64); 21] = [
         (
             "produce_bytes",
             "Record batch bytes in Produce requests",
@@ -133,6 +133,16 @@ fn counters(f: &mut Families) {
             "connections_refused",
             "Client connections refused by the node or per-IP limits",
             &c.connections_refused,
+        ),
+        (
+            "tls_handshake_failures",
+            "TLS handshakes failed or timed out (ssl_handshake_timeout_ms)",
+            &c.tls_handshake_failures,
+        ),
+        (
+            "sasl_authentication_failures",
+            "SASL authentications refused",
+            &c.sasl_authentication_failures,
         ),
         (
             "network_received_bytes",

@@ -16,6 +16,7 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
 use super::producer_state::{DESCRIBE_PRODUCERS_VERSIONS, WRITE_TXN_MARKERS_VERSIONS};
+use super::sasl;
 use crate::error::code;
 use kafka_protocol::error::ResponseError;
 
@@ -48,10 +49,31 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     ),
 ];
 
-/// The advertised range of `key`, if served.
+/// The SASL APIs: served, and advertised, on SASL listeners only.
+pub const SASL: &[(ApiKey, i16, i16)] = &[
+    (
+        ApiKey::SaslHandshake,
+        sasl::HANDSHAKE_VERSIONS.0,
+        sasl::HANDSHAKE_VERSIONS.1,
+    ),
+    (
+        ApiKey::SaslAuthenticate,
+        sasl::AUTHENTICATE_VERSIONS.0,
+        sasl::AUTHENTICATE_VERSIONS.1,
+    ),
+];
+
+/// Whether `key` is one of the SASL APIs.
+pub fn is_sasl(key: ApiKey) -> bool {
+    SASL.iter().any(|(k, _, _)| *k == key)
+}
+
+/// The range of `key` a handler serves, if any (SASL ones on SASL
+/// listeners only).
 pub fn range(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED
         .iter()
+        .chain(SASL)
         .find(|(k, _, _)| *k == key)
         .map(|(_, lo, hi)| (*lo, *hi))
         .or_else(|| crate::group::wire::range(key))
@@ -64,8 +86,9 @@ pub fn serves(key: ApiKey, version: i16) -> bool {
 }
 
 /// The ApiVersions answer; `error` is UNSUPPORTED_VERSION for the KIP-511
-/// fallback (which is always encoded as v0).
-pub fn response(unsupported: bool) -> ApiVersionsResponse {
+/// fallback (which is always encoded as v0). `sasl_listener`: the SASL APIs
+/// are listed (they are served on this connection).
+pub fn response(unsupported: bool, sasl_listener: bool) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
     r.error_code = if unsupported {
         code(ResponseError::UnsupportedVersion)
@@ -77,6 +100,7 @@ pub fn response(unsupported: bool) -> ApiVersionsResponse {
         .copied()
         .chain(crate::group::wire::advertised())
         .chain(crate::txn::wire::advertised())
+        .chain(SASL.iter().copied().filter(|_| sasl_listener))
         .map(|(k, lo, hi)| {
             let mut v = ApiVersion::default();
             v.api_key = k as i16;

@@ -103,7 +103,11 @@ fn broker_entries(node: Administering<'_>, name: &str) -> Result<Vec<Entry>, Hel
         ("node.id".into(), c.node_id.to_string(), s, true, TYPE_INT),
         (
             "advertised.listeners".into(),
-            format!("PLAINTEXT://{}", c.advertised),
+            c.listeners
+                .iter()
+                .map(|l| format!("{}://{}", l.name, l.advertised))
+                .collect::<Vec<_>>()
+                .join(","),
             s,
             true,
             TYPE_LIST,

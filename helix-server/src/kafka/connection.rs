@@ -20,17 +20,19 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::admission::Ticket;
 use super::api_versions;
 use super::dispatch::{self, PendingResponse};
-use super::frame::{read_body, read_len};
+use super::frame::{read_body, read_len, read_token};
 use super::request_order::RequestOrder;
+use super::sasl::MAX_TOKEN;
 use super::segmented::{Frame, write_frame};
+use super::session::{Listener, Session};
 use crate::broker::Broker;
 use crate::config::BackpressureMode;
 use crate::error::Result;
@@ -84,12 +86,15 @@ fn api_of(frame: &[u8]) -> Option<(ApiKey, i16)> {
     ))
 }
 
-/// Serves a connection until the client closes it, it misbehaves, or the
-/// broker shuts down (then in-flight requests are still answered).
+/// Serves a connection accepted on `listener` until the client closes it,
+/// it misbehaves, or the broker shuts down (then in-flight requests are
+/// still answered). On a TLS listener the handshake comes first, within
+/// `ssl_handshake_timeout_ms`, holding the admission ticket.
 pub async fn serve(
     broker: Arc<Broker>,
     stream: TcpStream,
-    mut shutdown: watch::Receiver<bool>,
+    listener: Arc<Listener>,
+    shutdown: watch::Receiver<bool>,
     ticket: Ticket,
 ) {
     let peer_ip = stream.peer_addr().ok().map(|a| a.ip());
@@ -99,15 +104,52 @@ pub async fn serve(
         .unwrap_or_default();
     let _ = stream.set_nodelay(true);
     let _open = OpenConnection::new();
+    let Some(acceptor) = listener.tls.clone() else {
+        let session = Session::new(listener, peer_ip, None);
+        let (reader, writer) = stream.into_split();
+        return serve_stream(broker, reader, writer, session, peer, shutdown, ticket).await;
+    };
+    let timeout = broker.config.tls.handshake_timeout;
+    let tls = match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            Metrics::count(&metrics().counters.tls_handshake_failures, 1);
+            tracing::info!(%peer, listener = %listener.config.name, error = %e, "closing connection: TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            Metrics::count(&metrics().counters.tls_handshake_failures, 1);
+            tracing::info!(%peer, listener = %listener.config.name, timeout_ms = timeout.as_millis() as u64, "closing connection: TLS handshake not finished in time (ssl_handshake_timeout_ms)");
+            return;
+        }
+    };
+    let principal = super::tls::principal(tls.get_ref().1.peer_certificates());
+    if let Some(p) = &principal {
+        tracing::debug!(%peer, principal = %p, "TLS client certificate");
+    }
+    let session = Session::new(listener, peer_ip, principal);
+    let (reader, writer) = tokio::io::split(tls);
+    serve_stream(broker, reader, writer, session, peer, shutdown, ticket).await
+}
+
+/// The request loop over a connection's two halves (TCP or TLS).
+async fn serve_stream<R, W>(
+    broker: Arc<Broker>,
+    mut reader: R,
+    writer: W,
+    mut session: Session,
+    peer: String,
+    mut shutdown: watch::Receiver<bool>,
+    ticket: Ticket,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let m = metrics();
-    let (mut reader, writer) = stream.into_split();
     let (tx, rx) = mpsc::channel::<InFlight>(MAX_IN_FLIGHT);
     let write_loop = tokio::spawn(write_responses(writer, rx));
     let max = broker.config.max_request_size;
     let idle = broker.config.connections_max_idle;
-    // Whether this connection's client was told this node is a member
-    // (`dispatch::check_reachable`).
-    let mut told_member = false;
     let mut order = RequestOrder::default();
     loop {
         if broker.backpressure.is_full() {
@@ -116,6 +158,31 @@ pub async fn serve(
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = broker.backpressure.wait_for_room() => {}
+        }
+        if session.expects_raw_sasl_token() {
+            let token = tokio::select! {
+                _ = shutdown.changed() => break,
+                t = within(idle, &peer, "closing connection: no SASL token (connections_max_idle_ms)", read_token(&mut reader, MAX_TOKEN)) => t,
+            };
+            let Some(token) = token else { break };
+            match dispatch::sasl_token(&mut session, token) {
+                Ok(reply) => {
+                    let in_flight = InFlight {
+                        handler: tokio::spawn(reply),
+                        api: None,
+                        read_at: Instant::now(),
+                    };
+                    if tx.send(in_flight).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                Err(close) => {
+                    tracing::info!(%peer, reason = %close, "closing connection");
+                    tokio::time::sleep(broker.config.sasl.failed_authentication_delay).await;
+                    break;
+                }
+            }
         }
         let len = tokio::select! {
             _ = shutdown.changed() => break,
@@ -151,7 +218,7 @@ pub async fn serve(
         let is_produce = api.is_some_and(|(key, _)| key == ApiKey::Produce);
         let turn = order.next(api.map(|(key, _)| key));
         let pending: PendingResponse =
-            match dispatch::start_from(&broker, frame, peer_ip, &mut told_member).await {
+            match dispatch::start_from(&broker, frame, &mut session).await {
                 Ok(p) => p,
                 Err(close) => {
                     m.requests.closed(api.map(|(key, _)| key));
@@ -175,6 +242,10 @@ pub async fn serve(
         };
         if tx.send(in_flight).await.is_err() {
             break; // the writer stopped: the socket is gone
+        }
+        if session.close_after_answer {
+            tracing::info!(%peer, "closing connection after its failed authentication is answered");
+            break;
         }
         if is_produce && broker.config.backpressure_mode == BackpressureMode::Throttle {
             let mute = broker.backpressure.throttle();
@@ -211,7 +282,7 @@ async fn within<T>(
     }
 }
 
-async fn write_responses(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<InFlight>) {
+async fn write_responses<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::Receiver<InFlight>) {
     let m = metrics();
     while let Some(request) = rx.recv().await {
         let body = match request.handler.await {

@@ -20,7 +20,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::Decodable;
 
 use super::context::{Administering, Partitions, Producing, Routing};
+use super::sasl::Step;
 use super::segmented::{self, Frame, encode};
+use super::session::{Listener, Session};
 use super::{
     api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce,
     producer_state, records, topics,
@@ -88,33 +90,137 @@ fn check_reachable(
     Ok(())
 }
 
-/// Decodes the frame and starts handling it (client address unknown).
+/// Decodes the frame and starts handling it (a plaintext connection from
+/// an unknown address).
 #[cfg(test)]
 pub async fn start(
     broker: &Arc<Broker>,
     frame: Bytes,
 ) -> std::result::Result<PendingResponse, Close> {
-    start_from(broker, frame, None, &mut false).await
+    let listener = super::session::Listener::plaintext("127.0.0.1", 9092);
+    start_from(broker, frame, &mut Session::new(listener, None, None)).await
 }
 
-/// Decodes a frame received from `peer` and starts handling it; the peer's
-/// address reaches the group coordinator (DescribeGroups' `client_host`).
-/// The steps, in order: the header and the version checks ([`read_header`]),
-/// the reachability gate ([`check_reachable`]), the body ([`decode_body`]),
-/// then the API's handler ([`route`]).
+/// Decodes a frame received on `session`'s connection and starts handling
+/// it. The steps, in order: the header and the version checks
+/// ([`read_header`]), the authentication gate ([`check_authenticated`]),
+/// the reachability gate ([`check_reachable`]), the body
+/// ([`decode_body`]), then the SASL exchange ([`sasl_step`]) or the API's
+/// handler ([`route`]).
 pub async fn start_from(
     broker: &Arc<Broker>,
     frame: Bytes,
-    peer: Option<std::net::IpAddr>,
-    told_member: &mut bool,
+    session: &mut Session,
 ) -> std::result::Result<PendingResponse, Close> {
-    let (request, mut body) = match read_header(frame)? {
+    let sasl_listener = session.sasl.is_some();
+    let (mut request, mut body) = match read_header(frame, sasl_listener)? {
         Header::Answered(pending) => return Ok(pending),
         Header::Request(request, body) => (request, body),
     };
-    check_reachable(broker, request.key, told_member)?;
+    check_authenticated(session, request.key)?;
+    check_reachable(broker, request.key, &mut session.told_member)?;
     let kind = decode_body(request.key, request.version, &mut body)?;
-    route(broker, request, kind, peer).await
+    if api_versions::is_sasl(request.key) {
+        return sasl_step(broker, session, request, kind);
+    }
+    if session.listener.config.advertised != broker.config.advertised
+        || !session.listener.others.is_empty()
+    {
+        request.listener = Some((broker.config.node_id, session.listener.clone()));
+    }
+    route(broker, request, kind, session.peer, sasl_listener).await
+}
+
+/// A bare SASL token after SaslHandshake v0: its reply token as a bare
+/// frame. Err: authentication failed, the connection closes unanswered
+/// (after the failed-authentication delay, the caller's to wait).
+pub fn sasl_token(
+    session: &mut Session,
+    token: Bytes,
+) -> std::result::Result<PendingResponse, Close> {
+    let Some(sasl) = session.sasl.as_mut() else {
+        return Err(Close("SASL token on a listener without SASL".into()));
+    };
+    match sasl.raw_token(&token) {
+        Ok((reply, user)) => {
+            if let Some(user) = user {
+                session.principal = Some(format!("User:{user}"));
+            }
+            let mut frame = Vec::with_capacity(4 + reply.len());
+            frame.extend_from_slice(&(reply.len() as i32).to_be_bytes());
+            frame.extend_from_slice(&reply);
+            Ok(ready(Ok(Bytes::from(frame))))
+        }
+        Err(why) => {
+            crate::metrics::Metrics::count(
+                &crate::metrics::metrics()
+                    .counters
+                    .sasl_authentication_failures,
+                1,
+            );
+            Err(Close(format!("SASL authentication failed: {why}")))
+        }
+    }
+}
+
+/// Until a SASL connection is authenticated only ApiVersions and the SASL
+/// requests are served; anything else closes it, as Kafka does.
+fn check_authenticated(session: &Session, key: ApiKey) -> std::result::Result<(), Close> {
+    if session.authenticated() || key == ApiKey::ApiVersions || api_versions::is_sasl(key) {
+        return Ok(());
+    }
+    Err(Close(format!(
+        "{key:?} before SASL authentication on listener {}",
+        session.listener.config.name
+    )))
+}
+
+/// SaslHandshake or SaslAuthenticate, answered in request order: the
+/// session's state changes before the next frame is read. A failure is
+/// answered after `connection_failed_authentication_delay_ms`, and the
+/// connection closes once that answer is written.
+fn sasl_step(
+    broker: &Broker,
+    session: &mut Session,
+    r: Request,
+    kind: RequestKind,
+) -> std::result::Result<PendingResponse, Close> {
+    let Some(sasl) = session.sasl.as_mut() else {
+        return Err(Close("SASL request on a listener without SASL".into()));
+    };
+    let (body, failed) = match kind {
+        RequestKind::SaslHandshake(req) => match sasl.handshake(&req, r.version).map_err(Close)? {
+            Step::Answer(resp) => (ResponseKind::SaslHandshake(resp), false),
+            Step::Fail(resp) => (ResponseKind::SaslHandshake(resp), true),
+        },
+        RequestKind::SaslAuthenticate(req) => {
+            let (step, user) = sasl.authenticate(&req).map_err(Close)?;
+            if let Some(user) = user {
+                tracing::debug!(%user, listener = %session.listener.config.name, "SASL authenticated");
+                session.principal = Some(format!("User:{user}"));
+            }
+            match step {
+                Step::Answer(resp) => (ResponseKind::SaslAuthenticate(resp), false),
+                Step::Fail(resp) => (ResponseKind::SaslAuthenticate(resp), true),
+            }
+        }
+        other => return Err(Close(format!("not a SASL request: {other:?}"))),
+    };
+    if !failed {
+        return Ok(Box::pin(async move { r.respond(body) }));
+    }
+    crate::metrics::Metrics::count(
+        &crate::metrics::metrics()
+            .counters
+            .sasl_authentication_failures,
+        1,
+    );
+    session.close_after_answer = true;
+    let delay = broker.config.sasl.failed_authentication_delay;
+    Ok(Box::pin(async move {
+        tokio::time::sleep(delay).await;
+        r.respond(body)
+    }))
 }
 
 /// A request's identity once its header is read.
@@ -122,11 +228,18 @@ struct Request {
     key: ApiKey,
     version: i16,
     header: RequestHeader,
+    /// This node's id and the connection's listener, when its addresses
+    /// are not the nodes' primary ones: answers that name brokers name
+    /// them by the listener's addresses ([`Listener::name_nodes_in`]).
+    listener: Option<(i32, Arc<Listener>)>,
 }
 
 impl Request {
     /// Encodes `body` as this request's answer, counting its error codes.
-    fn respond(&self, body: ResponseKind) -> Result<Option<Frame>> {
+    fn respond(&self, mut body: ResponseKind) -> Result<Option<Frame>> {
+        if let Some((me, listener)) = &self.listener {
+            listener.name_nodes_in(&mut body, *me);
+        }
         crate::metrics::metrics().requests.answered(self.key, &body);
         encode(self.key, self.version, self.header.correlation_id, &body)
             .map(|b| Some(Frame::whole(b)))
@@ -156,21 +269,21 @@ enum Header {
 
 /// Reads the api key, the version and the header, and checks that the API
 /// is served at that version (else the connection closes, ADR 0012).
-fn read_header(mut frame: Bytes) -> std::result::Result<Header, Close> {
+fn read_header(mut frame: Bytes, sasl_listener: bool) -> std::result::Result<Header, Close> {
     if frame.len() < 4 {
         return Err(Close("request shorter than its api key and version".into()));
     }
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let key = ApiKey::try_from(raw_key).map_err(|_| Close(format!("unknown api key {raw_key}")))?;
-    if api_versions::range(key).is_none() {
+    if api_versions::range(key).is_none() || (api_versions::is_sasl(key) && !sasl_listener) {
         return Err(Close(format!("api {key:?} is not served")));
     }
     let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
         .map_err(|e| Close(format!("bad {key:?} request header: {e}")))?;
     if key == ApiKey::ApiVersions && !api_versions::serves(key, version) {
         // KIP-511: answer a too-new ApiVersions with our ranges in a v0 body.
-        let body = ResponseKind::ApiVersions(api_versions::response(true));
+        let body = ResponseKind::ApiVersions(api_versions::response(true, sasl_listener));
         return Ok(Header::Answered(ready(encode(
             ApiKey::ApiVersions,
             0,
@@ -186,6 +299,7 @@ fn read_header(mut frame: Bytes) -> std::result::Result<Header, Close> {
             key,
             version,
             header,
+            listener: None,
         },
         frame,
     ))
@@ -218,6 +332,7 @@ async fn route(
     r: Request,
     kind: RequestKind,
     peer: Option<std::net::IpAddr>,
+    sasl_listener: bool,
 ) -> std::result::Result<PendingResponse, Close> {
     let b = broker.clone();
     let v = r.version;
@@ -232,9 +347,9 @@ async fn route(
             })
         }
         RequestKind::Fetch(req) => fetch_answer(b, r, req),
-        RequestKind::ApiVersions(_) => {
-            r.answer(async move { ResponseKind::ApiVersions(api_versions::response(false)) })
-        }
+        RequestKind::ApiVersions(_) => r.answer(async move {
+            ResponseKind::ApiVersions(api_versions::response(false, sasl_listener))
+        }),
         RequestKind::Metadata(req) => r.answer(async move {
             ResponseKind::Metadata(metadata::handle(Routing::of(&b), req, v).await)
         }),

@@ -42,6 +42,20 @@ pub async fn read_len<R: AsyncRead + Unpin>(r: &mut R, max_len: usize) -> Result
     Ok(Some(len))
 }
 
+/// Reads a bare length-prefixed SASL token (after SaslHandshake v0): any
+/// length from 0 to `max_len`; the end of the stream is an error.
+pub async fn read_token<R: AsyncRead + Unpin>(r: &mut R, max_len: usize) -> Result<Bytes> {
+    let mut len_buf = [0u8; 4];
+    r.read_exact(&mut len_buf).await?;
+    let declared = i32::from_be_bytes(len_buf);
+    if declared < 0 || declared as usize > max_len {
+        return Err(HelixError::MalformedRequest(format!(
+            "SASL token length {declared}"
+        )));
+    }
+    read_body(r, declared as usize).await
+}
+
 /// Reads the `len` bytes of a frame whose length was read.
 pub async fn read_body<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<Bytes> {
     // Memory follows the bytes that actually arrive: a client announcing a

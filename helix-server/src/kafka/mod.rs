@@ -19,7 +19,10 @@ pub mod produce;
 pub mod producer_state;
 pub mod records;
 pub mod request_order;
+pub mod sasl;
 pub mod segmented;
+pub mod session;
+pub mod tls;
 pub mod topics;
 
 #[cfg(test)]

@@ -237,6 +237,14 @@ pub(crate) async fn roundtrip(
         .expect("dispatched")
 }
 
+/// A plaintext connection's session, `told` as given.
+pub(crate) fn test_session(told: bool) -> crate::kafka::session::Session {
+    let listener = crate::kafka::session::Listener::plaintext("127.0.0.1", 9092);
+    let mut session = crate::kafka::session::Session::new(listener, None, None);
+    session.told_member = told;
+    session
+}
+
 /// Dispatches `body` as the next request of a connection in state `told`
 /// (`dispatch::check_reachable`) and returns the answer after its header,
 /// or None when the connection is closed instead.
@@ -247,9 +255,10 @@ pub(crate) async fn answer_on(
     body: &RequestKind,
     told: &mut bool,
 ) -> Option<Bytes> {
-    let pending = dispatch::start_from(b, frame(key, version, body), None, told)
-        .await
-        .ok()?;
+    let mut session = test_session(*told);
+    let started = dispatch::start_from(b, frame(key, version, body), &mut session).await;
+    *told = session.told_member;
+    let pending = started.ok()?;
     let mut out = pending
         .await
         .expect("encoded")

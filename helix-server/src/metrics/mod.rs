@@ -88,6 +88,12 @@ pub struct Counters {
     pub connections_open: AtomicI64,
     /// Connections refused by the node or per-IP limits.
     pub connections_refused: AtomicU64,
+    /// TLS handshakes that failed or did not finish within
+    /// `ssl_handshake_timeout_ms` (ADR 0028).
+    pub tls_handshake_failures: AtomicU64,
+    /// SASL authentications refused (wrong password, unknown user, bad
+    /// exchange).
+    pub sasl_authentication_failures: AtomicU64,
     /// Request bytes read from clients (frames with their length prefix).
     pub bytes_in: AtomicU64,
     /// Response bytes written to clients.
