@@ -326,9 +326,9 @@ impl RaftLog {
     /// below it is committed, and whatever this log holds above its own
     /// commit is replaced by the leader's entries as on any conflict.
     ///
-    /// Afterwards `first` is the only entry: committed and applied (the
-    /// host must empty its WAL and store `first` as its first entry, at the
-    /// leader's offsets), durable once the host reports it; the term of
+    /// Afterwards `first` is the only entry: committed, in memory, handed
+    /// to the host by the next `take_to_apply` (the host must first empty
+    /// its WAL: `first` starts it, at the leader's offsets); the term of
     /// every index below it is unknown, so appends resume at `prev =
     /// first`. Refused (`false`, nothing changed) when this log's commit
     /// already reaches `first.index`: then it holds `first` (committed
@@ -344,9 +344,11 @@ impl RaftLog {
         self.terms.push(first.index, first.term);
         self.last = first.index;
         self.commit = first.index;
-        self.applied = first.index;
+        self.applied = first.index.prev();
         self.durable = first.index.prev();
-        self.mem_start = first.index.next();
+        self.mem_start = first.index;
+        self.add_bytes(first.cost());
+        self.mem.push_back(first.clone());
         self.assert_positions();
         true
     }
@@ -522,14 +524,13 @@ mod tests {
         log.durable_to(LogIndex(2));
         // The leader holds nothing below index 9 (term 3).
         assert!(log.restart_at(&e(9, 3)));
-        assert_eq!(log.mem_bytes(), 0);
         assert_eq!(
             (log.last_index(), log.commit(), log.applied(), log.durable()),
-            (LogIndex(9), LogIndex(9), LogIndex(9), LogIndex(8))
+            (LogIndex(9), LogIndex(9), LogIndex(8), LogIndex(8))
         );
         assert_eq!(log.last_term(), Term(3));
         assert_eq!(log.term_at(LogIndex(4)), None, "below the start: unknown");
-        assert!(!log.has_to_apply(), "the host stores `first` itself");
+        assert_eq!(log.take_to_apply(), vec![e(9, 3)], "the host stores it");
         // Appends resume after it.
         let out = log
             .try_append(LogIndex(9), Term(3), &[e(10, 3)])
