@@ -330,11 +330,14 @@ impl RaftLog {
     /// to the host by the next `take_to_apply` (the host must first empty
     /// its WAL: `first` starts it, at the leader's offsets); the term of
     /// every index below it is unknown, so appends resume at `prev =
-    /// first`. Refused (`false`, nothing changed) when this log's commit
-    /// already reaches `first.index`: then it holds `first` (committed
-    /// entries match the leader's) and ordinary appends reach it.
+    /// first`. Refused (`false`, nothing changed) when this log holds
+    /// `first` already (its term at that index is `first.term`, or its
+    /// commit reaches it: committed entries match the leader's): then
+    /// everything up to it matches the leader's log (Log Matching), no
+    /// entry is dropped, not even one this replica reported durable, and
+    /// ordinary appends continue after it.
     pub fn restart_at(&mut self, first: &Entry) -> bool {
-        if self.commit >= first.index {
+        if self.commit >= first.index || self.term_at(first.index) == Some(first.term) {
             return false;
         }
         while let Some(e) = self.mem.pop_back() {
@@ -542,7 +545,7 @@ mod tests {
     }
 
     #[test]
-    fn a_restart_below_the_commit_is_refused() {
+    fn a_restart_at_an_entry_already_held_is_refused() {
         let mut log = RaftLog::restored(LogIndex(0), &[]);
         for i in 1..=4 {
             log.append(e(i, 1));
@@ -550,7 +553,9 @@ mod tests {
         log.commit_to(LogIndex(3));
         assert!(!log.restart_at(&e(3, 1)));
         assert_eq!((log.last_index(), log.commit()), (LogIndex(4), LogIndex(3)));
-        assert!(log.restart_at(&e(4, 1)), "the uncommitted tail may go");
+        assert!(!log.restart_at(&e(4, 1)), "it holds that entry already");
         assert_eq!(log.last_index(), LogIndex(4));
+        assert!(log.restart_at(&e(4, 2)), "a conflicting tail may go");
+        assert_eq!((log.last_index(), log.last_term()), (LogIndex(4), Term(2)));
     }
 }
