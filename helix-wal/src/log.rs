@@ -20,6 +20,7 @@ use crate::sync::{LogSync, Mark, SyncGroup};
 use crate::types::{AppendCheck, AppendInfo, DeleteRecordsEntry, EpochEnd, RaftPosition, Recovery};
 
 pub(crate) mod delete_records;
+mod restart;
 mod stored;
 
 /// The on-disk log of one partition. One writer (`&mut self`); any number of
