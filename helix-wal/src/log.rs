@@ -442,6 +442,17 @@ impl PartitionLog {
         self.reader().term_starts()
     }
 
+    /// Index of the first entry held, `None` for a log without entries:
+    /// retention and DeleteRecords delete the segments below the log
+    /// start, and the entries in them.
+    pub fn first_index(&self) -> Option<u64> {
+        self.shared
+            .snapshot()
+            .iter()
+            .find_map(|s| s.entries())
+            .map(|(first, _)| first)
+    }
+
     /// Streams entries from `index` on for Raft catch-up.
     pub fn entries_from(&self, index: u64) -> EntryStream {
         self.reader().entries_from(index)

@@ -13,12 +13,13 @@ fn restarted_log_starts_at_the_new_offset(config: LogConfig) {
             append_batches(&mut log, pos(1, i), 1, 1, 0, 300);
         }
         log.append_delete_records(pos(1, 31), 2).unwrap();
+        assert_eq!(log.first_index(), Some(1));
         assert!(matches!(
             log.restart_at(29),
             Err(WalError::OffsetOutOfRange { .. })
         ));
         log.restart_at(100).unwrap();
-        assert_eq!(log.last_position(), None);
+        assert_eq!((log.last_position(), log.first_index()), (None, None));
         assert_eq!((log.next_offset(), log.log_start_offset()), (100, 100));
         assert!(log.delete_records_entries().is_empty());
         // The leader's first held entry, at any index.
@@ -34,6 +35,7 @@ fn restarted_log_starts_at_the_new_offset(config: LogConfig) {
     }
     let (log, _) = PartitionLog::open(dir.path(), config).unwrap();
     assert_eq!(log.last_position(), Some(pos(3, 71)));
+    assert_eq!(log.first_index(), Some(70));
     assert_eq!((log.next_offset(), log.log_start_offset()), (103, 100));
     assert_eq!(log.term_starts().unwrap(), vec![pos(3, 70)]);
 }
