@@ -51,10 +51,12 @@ impl CatchUps {
         };
         // Everything below the first held entry is committed (the WAL
         // holds applied entries only), so starting the follower over
-        // there drops nothing the group still needs.
-        let (from, restart) = match state.first_held_index() {
-            Some(first) if req.from_index < first && first <= req.through_index => (first, true),
-            _ => (req.from_index, false),
+        // there drops nothing the group still needs. That entry may be
+        // past `through` (also in the leader's memory): it is sent all the
+        // same, and the rest comes from memory.
+        let (from, through, restart) = match state.first_held_index() {
+            Some(first) if req.from_index < first => (first, req.through_index.max(first), true),
+            _ => (req.from_index, req.through_index, false),
         };
         let Some(stream) = state.entries_from(from) else {
             return;
@@ -63,7 +65,7 @@ impl CatchUps {
             group = group.0,
             follower = req.to.0,
             from = from.0,
-            through = req.through_index.0,
+            through = through.0,
             restart,
             "catching a follower up from the WAL"
         );
@@ -72,7 +74,7 @@ impl CatchUps {
             Cursor {
                 stream,
                 next: from,
-                through: req.through_index,
+                through,
                 deleted: state.delete_records_entries(),
                 in_flight: VecDeque::new(),
                 restart,
@@ -465,6 +467,20 @@ mod tests {
         // Any other entry with no batches is a no-op, as before.
         let other = wal_entry(held_at(5, 12, 12, Bytes::new()), None).expect("entry");
         assert_eq!(other.kind, EntryKind::Noop);
+    }
+
+    #[test]
+    fn a_restarts_first_entry_goes_out_stored_with_its_range() {
+        let batch = make_batch(&[b"1", b"2"], -1, -1, 10);
+        let e = stored_entry(held_at(7, 40, 42, batch.clone()));
+        assert_eq!(
+            (e.index, e.term, e.kind),
+            (LogIndex(7), Term(2), EntryKind::Normal)
+        );
+        assert_eq!(entry::stored_range(&e.data), Some((40, 42)));
+        // Even an entry with no batches (a DeleteRecords or no-op entry).
+        let empty = stored_entry(held_at(8, 42, 42, Bytes::new()));
+        assert_eq!(entry::stored_range(&empty.data), Some((42, 42)));
     }
 
     #[test]
