@@ -318,6 +318,44 @@ impl RaftLog {
         self.assert_positions();
     }
 
+    /// Starts the log over at `first`, the leader's first held entry, for a
+    /// follower that needs entries the leader deleted below its log start
+    /// (Raft's InstallSnapshot, where the snapshot is only "the log starts
+    /// here"). Safe because only committed entries are dropped: the
+    /// leader's WAL holds applied entries only, so `first` and everything
+    /// below it is committed, and whatever this log holds above its own
+    /// commit is replaced by the leader's entries as on any conflict.
+    ///
+    /// Afterwards `first` is the only entry: committed, in memory, handed
+    /// to the host by the next `take_to_apply` (the host must first empty
+    /// its WAL: `first` starts it, at the leader's offsets); the term of
+    /// every index below it is unknown, so appends resume at `prev =
+    /// first`. Refused (`false`, nothing changed) when this log holds
+    /// `first` already (its term at that index is `first.term`, or its
+    /// commit reaches it: committed entries match the leader's): then
+    /// everything up to it matches the leader's log (Log Matching), no
+    /// entry is dropped, not even one this replica reported durable, and
+    /// ordinary appends continue after it.
+    pub fn restart_at(&mut self, first: &Entry) -> bool {
+        if self.commit >= first.index || self.term_at(first.index) == Some(first.term) {
+            return false;
+        }
+        while let Some(e) = self.mem.pop_back() {
+            self.sub_bytes(e.cost());
+        }
+        self.terms = TermRuns::default();
+        self.terms.push(first.index, first.term);
+        self.last = first.index;
+        self.commit = first.index;
+        self.applied = first.index.prev();
+        self.durable = first.index.prev();
+        self.mem_start = first.index;
+        self.add_bytes(first.cost());
+        self.mem.push_back(first.clone());
+        self.assert_positions();
+        true
+    }
+
     /// Raises the commit index (never lowers it, never past `last`).
     pub fn commit_to(&mut self, index: LogIndex) -> bool {
         let index = index.min(self.last);
@@ -476,5 +514,48 @@ mod tests {
         assert_eq!(log.mem_start(), LogIndex(3));
         assert!(log.entries_from(LogIndex(2), 10).is_none());
         assert_eq!(log.entries_from(LogIndex(3), 1).map(|v| v.len()), Some(1));
+    }
+
+    #[test]
+    fn a_restart_at_the_leaders_first_held_entry_drops_the_rest() {
+        let mut log = RaftLog::restored(LogIndex(0), &[]);
+        for i in 1..=4 {
+            log.append(e(i, 1));
+        }
+        log.commit_to(LogIndex(2));
+        log.take_to_apply();
+        log.durable_to(LogIndex(2));
+        // The leader holds nothing below index 9 (term 3).
+        assert!(log.restart_at(&e(9, 3)));
+        assert_eq!(
+            (log.last_index(), log.commit(), log.applied(), log.durable()),
+            (LogIndex(9), LogIndex(9), LogIndex(8), LogIndex(8))
+        );
+        assert_eq!(log.last_term(), Term(3));
+        assert_eq!(log.term_at(LogIndex(4)), None, "below the start: unknown");
+        assert_eq!(log.take_to_apply(), vec![e(9, 3)], "the host stores it");
+        // Appends resume after it.
+        let out = log
+            .try_append(LogIndex(9), Term(3), &[e(10, 3)])
+            .expect("prev matches");
+        assert_eq!(out.last_new, LogIndex(10));
+        assert!(log.try_append(LogIndex(4), Term(1), &[]).is_err());
+        log.durable_to(LogIndex(9));
+        assert_eq!(log.durable(), LogIndex(9));
+    }
+
+    #[test]
+    fn a_restart_at_an_entry_already_held_is_refused() {
+        let mut log = RaftLog::restored(LogIndex(0), &[]);
+        for i in 1..=4 {
+            log.append(e(i, 1));
+        }
+        log.commit_to(LogIndex(3));
+        assert!(!log.restart_at(&e(3, 1)));
+        assert_eq!((log.last_index(), log.commit()), (LogIndex(4), LogIndex(3)));
+        assert!(!log.restart_at(&e(4, 1)), "it holds that entry already");
+        assert_eq!(log.last_index(), LogIndex(4));
+        assert!(log.restart_at(&e(4, 2)), "a conflicting tail may go");
+        assert_eq!((log.last_index(), log.last_term()), (LogIndex(4), Term(2)));
     }
 }

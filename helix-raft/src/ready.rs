@@ -9,7 +9,9 @@ use crate::types::{Entry, HardState, LogIndex, NodeId, Role, Term};
 ///    sending any of `messages`;
 /// 2. truncate the WAL after `truncate_wal_after` (always above the
 ///    acknowledged index) and rebuild what was derived from the dropped
-///    entries;
+///    entries; or, when `restart_wal_at` is set, empty the WAL: the first
+///    entry of `to_apply` (at that index, the leader's first held entry)
+///    starts it again, at the leader's offsets;
 /// 3. append `to_apply` to the WAL in order, then call
 ///    `durable_to(last appended)` (or after the fsync in fsync mode);
 /// 4. send `messages`, and `catch_up_messages` on the catch-up channel;
@@ -22,6 +24,9 @@ use crate::types::{Entry, HardState, LogIndex, NodeId, Role, Term};
 pub struct Ready {
     pub hard_state: Option<HardState>,
     pub truncate_wal_after: Option<LogIndex>,
+    /// The log started over at this index (`RaftLog::restart_at`): the
+    /// leader no longer holds the entries this replica needed.
+    pub restart_wal_at: Option<LogIndex>,
     pub to_apply: Vec<Entry>,
     pub messages: Vec<Message>,
     /// Appends built from WAL entries the host streamed in through
@@ -38,6 +43,7 @@ impl Ready {
     pub fn is_empty(&self) -> bool {
         self.hard_state.is_none()
             && self.truncate_wal_after.is_none()
+            && self.restart_wal_at.is_none()
             && self.to_apply.is_empty()
             && self.messages.is_empty()
             && self.catch_up_messages.is_empty()

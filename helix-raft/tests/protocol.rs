@@ -441,6 +441,79 @@ fn catch_up_chunks_overlapping_what_the_follower_has_are_trimmed() {
 }
 
 #[test]
+fn a_follower_behind_the_leaders_first_held_entry_starts_over_there() {
+    let mut c = Cluster::new(3, |cfg| cfg.max_inmem_bytes = 2000);
+    c.serve_catch_up = false;
+    c.node(0).campaign();
+    c.settle();
+    c.crash(2);
+    for _ in 0..40 {
+        c.propose(b"0123456789abcdef0123456789abcdef");
+        c.settle();
+    }
+    c.start(2);
+    c.tick_all(2);
+    let req = c.catch_ups[0];
+    // The leader's WAL no longer holds anything below index 20.
+    let wal = c.wals[0].clone();
+    let held = |from: u64, to: u64| wal[(from - 1) as usize..to as usize].to_vec();
+    assert!(req.from_index.0 < 20);
+    assert!(
+        c.node(0).catch_up(req.to, held(20, 22)).is_err(),
+        "an ordinary chunk must start where the follower needs"
+    );
+    let mut next = 20;
+    while c
+        .node(0)
+        .catch_up_restart(req.to, held(next, (next + 3).min(req.through_index.0)))
+        .expect("stream")
+    {
+        next += 4;
+    }
+    c.serve_catch_up = true;
+    c.tick_all(3);
+    assert_eq!(c.restarts, vec![(2, LogIndex(20))]);
+    assert_eq!(
+        c.wals[2],
+        c.wals[0][19..].to_vec(),
+        "from the first held entry on"
+    );
+    // A restarted follower restarts from its WAL as any other.
+    c.crash(2);
+    c.start(2);
+    c.propose(b"after");
+    c.tick_all(3);
+    assert_eq!(c.wals[2], c.wals[0][19..].to_vec());
+}
+
+#[test]
+fn a_restart_at_an_entry_not_committed_is_refused() {
+    let mut c = Cluster::new(3, |cfg| cfg.max_inmem_bytes = 2000);
+    c.serve_catch_up = false;
+    c.node(0).campaign();
+    c.settle();
+    c.crash(2);
+    for _ in 0..40 {
+        c.propose(b"0123456789abcdef0123456789abcdef");
+        c.settle();
+    }
+    c.start(2);
+    c.tick_all(2);
+    let req = c.catch_ups[0];
+    // An entry only the leader holds: proposed while it hears no one.
+    c.isolated.insert(0);
+    let at = c.propose(b"not committed");
+    let mut uncommitted = c.wals[0][39].clone();
+    uncommitted.index = at;
+    uncommitted.term = c.node(0).term_at(at).expect("held");
+    assert!(
+        c.node(0)
+            .catch_up_restart(req.to, vec![uncommitted])
+            .is_err()
+    );
+}
+
+#[test]
 fn a_lost_append_response_is_made_up_by_the_next_heartbeat_answer() {
     let mut c = Cluster::new(3, |_| {});
     c.node(0).campaign();

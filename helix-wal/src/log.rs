@@ -20,6 +20,7 @@ use crate::sync::{LogSync, Mark, SyncGroup};
 use crate::types::{AppendCheck, AppendInfo, DeleteRecordsEntry, EpochEnd, RaftPosition, Recovery};
 
 pub(crate) mod delete_records;
+mod restart;
 mod stored;
 
 /// The on-disk log of one partition. One writer (`&mut self`); any number of
@@ -439,6 +440,17 @@ impl PartitionLog {
     /// restarted replica of a multi-voter Raft group is restored with.
     pub fn term_starts(&self) -> Result<Vec<RaftPosition>> {
         self.reader().term_starts()
+    }
+
+    /// Index of the first entry held, `None` for a log without entries:
+    /// retention and DeleteRecords delete the segments below the log
+    /// start, and the entries in them.
+    pub fn first_index(&self) -> Option<u64> {
+        self.shared
+            .snapshot()
+            .iter()
+            .find_map(|s| s.entries())
+            .map(|(first, _)| first)
     }
 
     /// Streams entries from `index` on for Raft catch-up.

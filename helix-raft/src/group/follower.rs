@@ -21,6 +21,10 @@ impl RaftGroup {
         acknowledged: LogIndex,
     ) {
         let term = self.term;
+        let (prev_index, prev_term, entries) = match self.restart(prev_index, prev_term, entries) {
+            Some(first) => (first.index, first.term, &entries[1..]),
+            None => (prev_index, prev_term, entries),
+        };
         match self.log.try_append(prev_index, prev_term, entries) {
             Ok(outcome) => {
                 if let Some(keep) = outcome.wal_truncated_after {
@@ -64,6 +68,32 @@ impl RaftGroup {
                 );
             }
         }
+    }
+
+    /// An append whose `prev_term` is 0 at an index above 0 (no real entry
+    /// has term 0) says the leader holds nothing below its first entry,
+    /// the leader's first held entry: the log starts over there unless it
+    /// already holds it committed (`RaftLog::restart_at`). Returns that
+    /// entry, after which the rest of the append continues. A replica of
+    /// an older version rejects such an append, as before.
+    fn restart<'e>(
+        &mut self,
+        prev_index: LogIndex,
+        prev_term: Term,
+        entries: &'e [Entry],
+    ) -> Option<&'e Entry> {
+        let first = entries.first()?;
+        if prev_term != Term(0) || prev_index == LogIndex(0) || first.index != prev_index.next() {
+            return None;
+        }
+        if self.log.restart_at(first) {
+            // Everything the truncation would have cut is gone already.
+            self.truncate_wal_after = None;
+            self.restart_wal_at = Some(first.index);
+            self.leader_match = self.leader_match.min(first.index);
+            self.counters.wal_truncations += 1;
+        }
+        Some(first)
     }
 
     pub(super) fn handle_heartbeat(

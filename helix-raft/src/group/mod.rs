@@ -75,6 +75,8 @@ pub struct RaftGroup {
     /// Appends of WAL entries fed in by `catch_up` (their own channel).
     catch_up_msgs: Vec<Message>,
     truncate_wal_after: Option<LogIndex>,
+    /// See [`Ready::restart_wal_at`].
+    restart_wal_at: Option<LogIndex>,
     catch_up: Vec<CatchUpRequest>,
     /// Leader: new entries or a new commit index wait to be sent.
     flush_pending: bool,
@@ -133,6 +135,7 @@ impl RaftGroup {
             msgs: Vec::new(),
             catch_up_msgs: Vec::new(),
             truncate_wal_after: None,
+            restart_wal_at: None,
             catch_up: Vec::new(),
             flush_pending: false,
             counters: Counters::default(),
@@ -289,6 +292,7 @@ impl RaftGroup {
     pub fn has_ready(&self) -> bool {
         self.hard_state() != self.persisted
             || self.truncate_wal_after.is_some()
+            || self.restart_wal_at.is_some()
             || self.log.has_to_apply()
             || !self.msgs.is_empty()
             || !self.catch_up_msgs.is_empty()
@@ -308,6 +312,7 @@ impl RaftGroup {
         let ready = Ready {
             hard_state,
             truncate_wal_after: self.truncate_wal_after.take(),
+            restart_wal_at: self.restart_wal_at.take(),
             to_apply: self.log.take_to_apply(),
             messages: std::mem::take(&mut self.msgs),
             catch_up_messages: std::mem::take(&mut self.catch_up_msgs),

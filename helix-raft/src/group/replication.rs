@@ -161,6 +161,24 @@ impl RaftGroup {
     /// reached. Returns whether more are wanted; `false` means stop (done,
     /// or the request is no longer current).
     pub fn catch_up(&mut self, to: NodeId, entries: Vec<Entry>) -> Result<bool, RaftError> {
+        self.send_caught_up(to, entries, false)
+    }
+
+    /// Like [`Self::catch_up`], for a follower that needs entries the
+    /// leader's WAL no longer holds (deleted below its log start):
+    /// `entries` start at the WAL's first held entry, which must be
+    /// committed. The follower's log starts over there
+    /// (`RaftLog::restart_at`), told by an append whose `prev_term` is 0.
+    pub fn catch_up_restart(&mut self, to: NodeId, entries: Vec<Entry>) -> Result<bool, RaftError> {
+        self.send_caught_up(to, entries, true)
+    }
+
+    fn send_caught_up(
+        &mut self,
+        to: NodeId,
+        entries: Vec<Entry>,
+        restart: bool,
+    ) -> Result<bool, RaftError> {
         if self.role != Role::Leader {
             return Ok(false);
         }
@@ -189,7 +207,13 @@ impl RaftGroup {
         // Responses may have moved the follower on while the host streamed:
         // skip what it already has; a gap is the host's error.
         let next = self.progress[i].1.next;
-        if entries[0].index > next {
+        let restart = restart && entries[0].index > next;
+        if restart && entries[0].index > self.log.commit() {
+            return Err(RaftError::InvalidCatchUp(
+                "a restart at an entry not committed",
+            ));
+        }
+        if !restart && entries[0].index > next {
             return Err(RaftError::InvalidCatchUp(
                 "does not start where the follower needs",
             ));
@@ -200,10 +224,15 @@ impl RaftGroup {
             return Ok(self.finish_catch_up_if_in_memory(to));
         };
         let prev_index = first.index.prev();
-        let Some(prev_term) = self.log.term_at(prev_index) else {
-            return Err(RaftError::InvalidCatchUp(
-                "term of the previous entry unknown",
-            ));
+        let prev_term = if restart {
+            Term(0)
+        } else {
+            let Some(term) = self.log.term_at(prev_index) else {
+                return Err(RaftError::InvalidCatchUp(
+                    "term of the previous entry unknown",
+                ));
+            };
+            term
         };
         let last = entries[entries.len() - 1].index;
         let pr = &mut self.progress[i].1;

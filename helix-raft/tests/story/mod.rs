@@ -18,6 +18,9 @@ pub struct Cluster {
     pub votes: Vec<HardState>,
     pub isolated: HashSet<usize>,
     pub truncations: Vec<(usize, LogIndex)>,
+    /// `(node, index)` of every WAL emptied to start over at `index`: that
+    /// node's `wals` entry then starts there, not at index 1.
+    pub restarts: Vec<(usize, LogIndex)>,
     pub catch_ups: Vec<CatchUpRequest>,
     /// Every catch-up message sent (they are delivered like the others).
     pub catch_up_sent: Vec<Message>,
@@ -42,6 +45,7 @@ impl Cluster {
             votes: vec![HardState::default(); n as usize],
             isolated: HashSet::new(),
             truncations: Vec::new(),
+            restarts: Vec::new(),
             catch_ups: Vec::new(),
             catch_up_sent: Vec::new(),
             serve_catch_up: true,
@@ -101,6 +105,10 @@ impl Cluster {
             if let Some(k) = rd.truncate_wal_after {
                 self.wals[i].truncate(k.0 as usize);
                 self.truncations.push((i, k));
+            }
+            if let Some(k) = rd.restart_wal_at {
+                self.wals[i].clear();
+                self.restarts.push((i, k));
             }
             self.wals[i].extend(rd.to_apply.iter().cloned());
             if let Some(last) = rd.to_apply.last() {

@@ -30,6 +30,11 @@ struct Cursor {
     deleted: Vec<DeleteRecordsEntry>,
     /// Chunks sent and not yet confirmed: (last index, bytes).
     in_flight: VecDeque<(LogIndex, usize)>,
+    /// The follower needs entries this WAL no longer holds (deleted below
+    /// the log start): the first chunk starts at the first held entry, and
+    /// the follower's log starts over there (helix-raft
+    /// `catch_up_restart`). That entry goes out stored, with its offsets.
+    restart: bool,
 }
 
 /// The catch-ups a shard serves.
@@ -44,24 +49,35 @@ impl CatchUps {
         let Some(state) = state else {
             return;
         };
-        let Some(stream) = state.entries_from(req.from_index) else {
+        // Everything below the first held entry is committed (the WAL
+        // holds applied entries only), so starting the follower over
+        // there drops nothing the group still needs. That entry may be
+        // past `through` (also in the leader's memory): it is sent all the
+        // same, and the rest comes from memory.
+        let (from, through, restart) = match state.first_held_index() {
+            Some(first) if req.from_index < first => (first, req.through_index.max(first), true),
+            _ => (req.from_index, req.through_index, false),
+        };
+        let Some(stream) = state.entries_from(from) else {
             return;
         };
         tracing::info!(
             group = group.0,
             follower = req.to.0,
-            from = req.from_index.0,
-            through = req.through_index.0,
+            from = from.0,
+            through = through.0,
+            restart,
             "catching a follower up from the WAL"
         );
         self.cursors.insert(
             (group, req.to),
             Cursor {
                 stream,
-                next: req.from_index,
-                through: req.through_index,
+                next: from,
+                through,
                 deleted: state.delete_records_entries(),
                 in_flight: VecDeque::new(),
+                restart,
             },
         );
     }
@@ -111,8 +127,14 @@ impl CatchUps {
                     return false;
                 };
                 let count = entries.len() as u64;
-                match g.catch_up(*to, entries) {
+                let sent = if cursor.restart {
+                    g.catch_up_restart(*to, entries)
+                } else {
+                    g.catch_up(*to, entries)
+                };
+                match sent {
                     Ok(more) => {
+                        cursor.restart = false;
                         crate::metrics::Metrics::count(
                             &crate::metrics::metrics().counters.catch_up_entries,
                             count,
@@ -155,7 +177,12 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
             .iter()
             .find(|d| d.index == stored.pos.index)
             .map(|d| d.offset);
-        entries.push(wal_entry(stored, deleted)?);
+        let restarts_here = cursor.restart && entries.is_empty();
+        entries.push(if restarts_here {
+            stored_entry(stored)
+        } else {
+            wal_entry(stored, deleted)?
+        });
         cursor.next = cursor.next.next();
     }
     Ok((entries, bytes))
@@ -220,6 +247,17 @@ fn wal_entry(stored: StoredEntry, deleted: Option<i64>) -> crate::error::Result<
         kind,
         data,
     })
+}
+
+/// A WAL entry as a stored entry, whatever it holds: it carries its
+/// offset range, which a follower whose log starts over at it starts at.
+fn stored_entry(stored: StoredEntry) -> Entry {
+    Entry {
+        term: Term(stored.pos.term),
+        index: LogIndex(stored.pos.index),
+        kind: EntryKind::Normal,
+        data: entry::encode_stored(stored.first_offset, stored.next_offset, &stored.batches),
+    }
 }
 
 /// Whether `batches` cover `[first_offset, next_offset)` as apply wrote
@@ -429,6 +467,20 @@ mod tests {
         // Any other entry with no batches is a no-op, as before.
         let other = wal_entry(held_at(5, 12, 12, Bytes::new()), None).expect("entry");
         assert_eq!(other.kind, EntryKind::Noop);
+    }
+
+    #[test]
+    fn a_restarts_first_entry_goes_out_stored_with_its_range() {
+        let batch = make_batch(&[b"1", b"2"], -1, -1, 10);
+        let e = stored_entry(held_at(7, 40, 42, batch.clone()));
+        assert_eq!(
+            (e.index, e.term, e.kind),
+            (LogIndex(7), Term(2), EntryKind::Normal)
+        );
+        assert_eq!(entry::stored_range(&e.data), Some((40, 42)));
+        // Even an entry with no batches (a DeleteRecords or no-op entry).
+        let empty = stored_entry(held_at(8, 42, 42, Bytes::new()));
+        assert_eq!(entry::stored_range(&empty.data), Some((42, 42)));
     }
 
     #[test]

@@ -322,9 +322,12 @@ impl Shard {
                 continue;
             };
             let entries = std::mem::take(&mut rd.to_apply);
-            let applied = match rd.truncate_wal_after {
-                Some(after) => state.truncate(after).and_then(|()| state.apply(entries)),
-                None => state.apply(entries),
+            let applied = match (rd.restart_wal_at, rd.truncate_wal_after) {
+                (Some(at), _) => state
+                    .restart(at, &entries)
+                    .and_then(|()| state.apply(entries)),
+                (None, Some(after)) => state.truncate(after).and_then(|()| state.apply(entries)),
+                (None, None) => state.apply(entries),
             };
             match applied {
                 Ok(Some(last)) if state.fsync() => {

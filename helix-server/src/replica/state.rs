@@ -11,6 +11,7 @@
 mod compact;
 mod propose;
 mod publish;
+mod restart;
 mod stored;
 mod txn;
 
@@ -199,6 +200,17 @@ impl PartitionState {
         if snapshot.is_none() {
             Snapshot::remove(&self.dir);
         }
+        self.rebuild_after_cut(after, snapshot)?;
+        Metrics::count(&metrics().counters.wal_truncations, 1);
+        tracing::info!(dir = %self.dir.display(), after = after.0, next_offset = self.log.as_ref().map_or(-1, PartitionLog::next_offset), "WAL truncated to the new leader's log");
+        Ok(())
+    }
+
+    /// What is derived from the log, rebuilt from what the log holds after
+    /// entries above `after` were cut (producers, max timestamp,
+    /// transactions), and every request waiting on a cut entry failed.
+    fn rebuild_after_cut(&mut self, after: LogIndex, snapshot: Option<Snapshot>) -> Result<()> {
+        let log = live(&mut self.log)?;
         let (mut producers, max_ts) = scan::rebuild(&log.reader(), log.next_offset(), snapshot)?;
         producers.set_expiration(self.producers.expiration_ms());
         self.producers = producers;
@@ -218,8 +230,6 @@ impl PartitionState {
                 fail_waiter(w, &err, &self.published.refused);
             }
         }
-        Metrics::count(&metrics().counters.wal_truncations, 1);
-        tracing::info!(dir = %self.dir.display(), after = after.0, next_offset = end, "WAL truncated to the new leader's log");
         self.publish_txns();
         Ok(())
     }
@@ -542,6 +552,11 @@ impl PartitionState {
     /// Streams WAL entries from `from` for a follower's catch-up.
     pub fn entries_from(&self, from: LogIndex) -> Option<helix_wal::EntryStream> {
         self.log.as_ref().map(|l| l.entries_from(from.0))
+    }
+
+    /// Index of the first entry the WAL holds (see helix-wal `first_index`).
+    pub fn first_held_index(&self) -> Option<LogIndex> {
+        self.log.as_ref()?.first_index().map(LogIndex)
     }
 
     /// The DeleteRecords entries the WAL keeps for catch-up, oldest first.

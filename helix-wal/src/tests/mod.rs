@@ -7,5 +7,6 @@ mod delete_records;
 mod errors;
 mod model;
 mod replace;
+mod restart;
 mod stored;
 mod support;
