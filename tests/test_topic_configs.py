@@ -400,3 +400,30 @@ def test_topic_compression_type_recompresses_keeping_offsets_and_timestamps(brok
             got.append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
     c.close()
     assert got == [(i, k, v, ts) for i, (k, v, ts) in enumerate(sent)]
+
+
+@pytest.mark.parametrize("internal", ["__consumer_offsets", "__transaction_state"])
+def test_internal_topics_are_described_compacted_as_kafka_creates_them(broker, internal):
+    """Kafka 3.9.1 creates both internal topics with `cleanup.policy=compact`,
+    `segment.bytes` and `compression.type` as topic overrides (source
+    DYNAMIC_TOPIC_CONFIG); Helix bounds their logs by snapshots (ADR 0020)
+    and describes them the same way (it described the broker's defaults:
+    `delete`, 1 GiB segments)."""
+    with kwire.Conn(broker.host, broker.port) as conn:
+        # Kafka creates __transaction_state on the first such request.
+        kwire.find_coordinator(conn, "describe-internal", key_type=kwire.COORDINATOR_TRANSACTION)
+        kwire.find_coordinator(conn, "describe-internal")
+    a = clients.admin(broker.bootstrap)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            (fut,) = a.describe_configs([ConfigResource("TOPIC", internal)], request_timeout=30).values()
+            got = fut.result(timeout=30)
+            break
+        except KafkaException:
+            assert time.monotonic() < deadline, f"{internal} never described"
+            time.sleep(0.5)
+    dynamic = 1  # DYNAMIC_TOPIC_CONFIG
+    assert (got["cleanup.policy"].value, got["cleanup.policy"].source) == ("compact", dynamic)
+    assert got["segment.bytes"].source == dynamic
+    assert got["compression.type"].source == dynamic

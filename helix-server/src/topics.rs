@@ -50,6 +50,31 @@ pub struct Topic {
 }
 
 impl Topic {
+    /// An internal topic (`__consumer_offsets`, `__transaction_state`) as
+    /// Metadata and DescribeConfigs show it; `overrides` are the topic
+    /// configs Kafka creates it with (its logs are bounded by snapshots,
+    /// ADR 0020, where Kafka's are compacted: the same promise).
+    pub fn internal(
+        name: &str,
+        id: uuid::Uuid,
+        partitions: Vec<TopicPartition>,
+        overrides: &[(&str, String)],
+    ) -> Topic {
+        let configs: std::collections::BTreeMap<String, String> = overrides
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        let effective = EffectiveConfig::resolve(&configs, &crate::config::Config::default());
+        Topic {
+            name: name.to_owned(),
+            id,
+            partitions,
+            configs,
+            effective,
+            internal: true,
+        }
+    }
+
     /// Replicas per partition (every partition has as many).
     pub fn replication_factor(&self) -> usize {
         self.partitions.first().map_or(0, |p| p.replicas.len())

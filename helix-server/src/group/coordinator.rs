@@ -21,7 +21,7 @@ use super::GroupConfig;
 use super::classic::ClassicGroup;
 use super::error::GroupError;
 use super::record::{OffsetRecord, Record, encode_entry};
-use super::response::{Effects, OnAcknowledged, Proposal, Ready};
+use super::response::{Effects, OnAcknowledged, PendingProposal, Proposal, Ready};
 use super::types::LoggedEntry;
 use super::types::{
     ClientInfo, CoordinatorPartition, ProposalId, ReplyTo, RequestToken, TxnProducer,
@@ -59,6 +59,12 @@ pub struct HostedPartition {
     /// Records acknowledged or replayed since the last snapshot entry.
     pub records_since_snapshot: u64,
     pub snapshot_in_flight: bool,
+    /// A snapshot is due but proposals of the partition are in flight (it
+    /// would miss them): new proposals wait in `held` until those are
+    /// settled and the snapshot is proposed, so a steady stream of
+    /// commits cannot keep the log from ever being snapshotted.
+    pub draining: bool,
+    held: Vec<PendingProposal>,
     /// The log offset after the last entry applied (acknowledged, replayed
     /// or read back): the host reads markers on from here.
     pub next_offset: i64,
@@ -74,6 +80,8 @@ impl HostedPartition {
             retention_in_flight: false,
             records_since_snapshot: 0,
             snapshot_in_flight: false,
+            draining: false,
+            held: Vec::new(),
             next_offset: 0,
         }
     }
@@ -276,6 +284,19 @@ impl Coordinator {
         for id in failed {
             self.on_proposal_failed(id, 0);
         }
+        let held = self
+            .shards
+            .get_mut(&partition)
+            .map(|s| std::mem::take(&mut s.held))
+            .unwrap_or_default();
+        for pending in held {
+            self.settle(
+                partition,
+                pending.waiter,
+                Err(GroupError::NotCoordinator),
+                0,
+            );
+        }
         let Some(shard) = self.shards.remove(&partition) else {
             return;
         };
@@ -344,6 +365,16 @@ impl Coordinator {
         let producer = flight.producer.map(|p| p.producer_id);
         shard.apply_records(&flight.records, producer, at, now_ms);
         self.settle(flight.partition, flight.waiter, Ok(()), now_ms);
+        self.end_drain(flight.partition);
+    }
+
+    /// A draining partition whose last proposal in flight just settled
+    /// takes its snapshot now (or gives up on it) and lets what waited go.
+    fn end_drain(&mut self, partition: CoordinatorPartition) {
+        let draining = self.shards.get(&partition).is_some_and(|s| s.draining);
+        if draining && !self.has_in_flight(partition) {
+            self.snapshot_partitions();
+        }
     }
 
     /// Whether a proposal of `partition` awaits its outcome (its place in
@@ -364,6 +395,7 @@ impl Coordinator {
     pub fn on_proposal_refused(&mut self, id: ProposalId, error: GroupError, now_ms: u64) {
         if let Some(flight) = self.in_flight.remove(&id) {
             self.settle(flight.partition, flight.waiter, Err(error), now_ms);
+            self.end_drain(flight.partition);
         }
     }
 
@@ -444,49 +476,76 @@ impl Coordinator {
     /// Proposes a snapshot entry for every partition that has gathered
     /// enough records since its last one. Only when nothing else of the
     /// partition is in flight: everything before the snapshot in the log is
-    /// then in the view, so deleting the log before it loses nothing.
+    /// then in the view, so deleting the log before it loses nothing. A
+    /// partition with proposals in flight drains first (`draining`): later
+    /// proposals wait behind the snapshot.
     fn snapshot_partitions(&mut self) {
         let threshold = self.config.snapshot_after_records.max(1);
         let busy: std::collections::BTreeSet<CoordinatorPartition> =
             self.in_flight.values().map(|f| f.partition).collect();
-        let mut outboxes = Vec::new();
+        let mut snapshots = Vec::new();
+        let mut released = Vec::new();
         for (&partition, shard) in self.shards.iter_mut() {
+            // Write amplification stays below 2x: a snapshot is written only
+            // once the log since the last one is at least as long as it.
+            let live = || -> u64 {
+                shard
+                    .groups
+                    .values()
+                    .map(|g| g.offsets.len() as u64 + u64::from(g.stored.is_some()))
+                    .sum()
+            };
             // Pending transactional offsets wait for a marker further on
             // in the log; a snapshot holds committed state only, so none
             // is taken (and nothing deleted) while any is pending.
-            if shard.loading
-                || shard.snapshot_in_flight
-                || shard.records_since_snapshot < threshold
-                || busy.contains(&partition)
-                || shard.any_pending()
-            {
+            let due = !shard.loading
+                && !shard.snapshot_in_flight
+                && shard.records_since_snapshot >= threshold
+                && !shard.any_pending()
+                && shard.records_since_snapshot >= live();
+            if due && busy.contains(&partition) {
+                shard.draining = true;
                 continue;
             }
-            // Write amplification stays below 2x: a snapshot is written only
-            // once the log since the last one is at least as long as it.
-            let live: usize = shard
-                .groups
-                .values()
-                .map(|g| g.offsets.len() + usize::from(g.stored.is_some()))
-                .sum();
-            if shard.records_since_snapshot < live as u64 {
-                continue;
+            if due {
+                shard.snapshot_in_flight = true;
+                shard.records_since_snapshot = 0;
+                snapshots.push((partition, shard.snapshot()));
             }
-            shard.snapshot_in_flight = true;
-            shard.records_since_snapshot = 0;
-            let mut out = Effects::default();
-            out.propose(shard.snapshot(), OnAcknowledged::Snapshot);
-            outboxes.push((partition, out));
+            if shard.draining {
+                shard.draining = false;
+                released.push((partition, std::mem::take(&mut shard.held)));
+            }
         }
-        for (partition, out) in outboxes {
-            self.flush(partition, out);
+        for (partition, records) in snapshots {
+            let snapshot = PendingProposal {
+                records,
+                producer: None,
+                waiter: OnAcknowledged::Snapshot,
+            };
+            self.propose(partition, vec![snapshot]);
+        }
+        for (partition, held) in released {
+            self.propose(partition, held);
         }
     }
 
-    /// Moves an outbox into the ready output, numbering its proposals.
+    /// Moves an outbox into the ready output, numbering its proposals; a
+    /// draining partition's proposals wait behind its snapshot.
     pub(super) fn flush(&mut self, partition: CoordinatorPartition, out: Effects) {
         self.ready.replies.extend(out.replies);
-        for pending in out.proposals {
+        if let Some(shard) = self.shards.get_mut(&partition)
+            && shard.draining
+        {
+            shard.held.extend(out.proposals);
+            return;
+        }
+        self.propose(partition, out.proposals);
+    }
+
+    /// Numbers `proposals` and puts them in the ready output, in order.
+    fn propose(&mut self, partition: CoordinatorPartition, proposals: Vec<PendingProposal>) {
+        for pending in proposals {
             self.next_proposal += 1;
             let id = ProposalId(self.next_proposal);
             let entry = encode_entry(&pending.records);

@@ -120,6 +120,8 @@ pub struct TxnService {
     groups: Arc<GroupService>,
     state_partitions: u32,
     topic_id: uuid::Uuid,
+    /// Segment size of its logs (described as `segment.bytes`).
+    segment_bytes: u64,
     me: Weak<TxnService>,
 }
 
@@ -205,6 +207,7 @@ impl TxnService {
             groups: groups.clone(),
             state_partitions: count,
             topic_id: internal_topic_id(),
+            segment_bytes,
             me: me.clone(),
         });
         for (partition, rx) in queues {
@@ -224,17 +227,19 @@ impl TxnService {
 
     /// `__transaction_state` as Metadata shows it (internal).
     pub fn internal_topic(&self) -> Topic {
-        Topic {
-            name: TRANSACTIONS_TOPIC.to_string(),
-            id: self.topic_id,
-            partitions: self.partitions.clone(),
-            configs: Default::default(),
-            effective: crate::controller::topic_config::EffectiveConfig::resolve(
-                &Default::default(),
-                &crate::config::Config::default(),
-            ),
-            internal: true,
-        }
+        // Kafka creates it with these overrides (measured on 3.9.1; its
+        // min.insync.replicas override is a majority here, by Raft).
+        Topic::internal(
+            TRANSACTIONS_TOPIC,
+            self.topic_id,
+            self.partitions.clone(),
+            &[
+                ("cleanup.policy", "compact".into()),
+                ("compression.type", "uncompressed".into()),
+                ("segment.bytes", self.segment_bytes.to_string()),
+                ("unclean.leader.election.enable", "false".into()),
+            ],
+        )
     }
 
     /// The node coordinating `transactional_id`: the leader of its
