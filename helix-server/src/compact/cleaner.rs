@@ -13,7 +13,7 @@
 //! do (ADR 0001); any failure makes the partition "uncleanable" (one WARN
 //! line) until its log end moves.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -109,7 +109,7 @@ pub async fn run(
     let mut horizons: HashMap<GroupId, i64> = HashMap::new();
     // Those of `uncleanable` whose pass failed (metric
     // `uncleanable_partitions`), not merely found nothing to do.
-    let mut failed: HashMap<GroupId, i64> = HashMap::new();
+    let mut failed: HashSet<GroupId> = HashSet::new();
     loop {
         let Some(all) = targets() else { return };
         let now_ms = crate::clock::now_ms();
@@ -118,11 +118,11 @@ pub async fn run(
                 .find(|t| t.partition.group == *group)
                 .is_some_and(|t| t.partition.reader().next_offset() == *end)
         });
-        failed.retain(|group, _| uncleanable.contains_key(group));
+        failed.retain(|group| uncleanable.contains_key(group));
         horizons.retain(|group, _| all.iter().any(|t| t.partition.group == *group));
         stats.retain(|group| all.iter().any(|t| t.partition.group == group));
         for t in &all {
-            stats.set_uncleanable(t.partition.group, failed.contains_key(&t.partition.group));
+            stats.set_uncleanable(t.partition.group, failed.contains(&t.partition.group));
         }
         let candidates: Vec<(CleanTarget, LogToClean)> = all
             .into_iter()
@@ -219,7 +219,7 @@ pub async fn run(
                     let e = p.cleaning_failed(e);
                     tracing::warn!(topic = %target.topic, partition = p.index, error = %e, "log cleaning failed: the partition is not cleaned again until its log changes");
                     uncleanable.insert(p.group, p.reader().next_offset());
-                    failed.insert(p.group, p.reader().next_offset());
+                    failed.insert(p.group);
                     stats.set_uncleanable(p.group, true);
                 }
             }

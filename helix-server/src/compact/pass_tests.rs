@@ -137,6 +137,16 @@ fn write(log: &mut PartitionLog, index: &mut u64, kvs: &[(&str, Option<&str>)]) 
     }
 }
 
+/// One pass over the closed log in `dir` at `now_ms`, every offset cleanable.
+fn pass_at(dir: &std::path::Path, now_ms: i64, horizon_passed: bool) -> Option<PassOutcome> {
+    let s = PassSettings {
+        now_ms,
+        horizon_passed,
+        ..settings()
+    };
+    clean_closed_log(dir, &config(), i64::MAX, &s, &DerivedState::default()).unwrap()
+}
+
 #[test]
 fn a_tombstone_outlives_the_pass_that_kept_it_and_goes_after_its_horizon() {
     let dir = tempfile::tempdir().unwrap();
@@ -153,21 +163,7 @@ fn a_tombstone_outlives_the_pass_that_kept_it_and_goes_after_its_horizon() {
     }
     let next = log.next_offset();
     log.close().unwrap();
-    let run = |now_ms: i64| {
-        let s = PassSettings {
-            now_ms,
-            horizon_passed: false,
-            ..settings()
-        };
-        clean_closed_log(
-            dir.path(),
-            &config(),
-            i64::MAX,
-            &s,
-            &DerivedState::default(),
-        )
-        .unwrap()
-    };
+    let run = |now_ms: i64| pass_at(dir.path(), now_ms, false);
     let tombstone_at = |dir: &std::path::Path| {
         let (log, _) = PartitionLog::open(dir, config()).unwrap();
         contents(&read_all(&log))
@@ -220,21 +216,7 @@ fn a_passed_horizon_cleans_a_log_with_nothing_dirty() {
         write(&mut log, &mut index, &[(&format!("f{i}"), Some("x"))]);
     }
     log.close().unwrap();
-    let run = |now_ms: i64, horizon_passed: bool| {
-        let s = PassSettings {
-            now_ms,
-            horizon_passed,
-            ..settings()
-        };
-        clean_closed_log(
-            dir.path(),
-            &config(),
-            i64::MAX,
-            &s,
-            &DerivedState::default(),
-        )
-        .unwrap()
-    };
+    let run = |now_ms: i64, horizon_passed: bool| pass_at(dir.path(), now_ms, horizon_passed);
     let first = run(1_000_000, false).expect("the first pass cleans");
     let horizon = 1_000_000 + settings().delete_retention_ms;
     assert_eq!(first.stats.latest_delete_horizon_ms, Some(horizon));

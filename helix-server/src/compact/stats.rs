@@ -34,11 +34,14 @@ pub struct CleanerStats {
 }
 
 impl CleanerStats {
-    fn with(&self, group: GroupId, f: impl FnOnce(&mut PartitionCleaning)) {
-        let mut all = self
-            .partitions
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<GroupId, PartitionCleaning>> {
+        self.partitions
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn with(&self, group: GroupId, f: impl FnOnce(&mut PartitionCleaning)) {
+        let mut all = self.lock();
         f(all.entry(group).or_default());
     }
 
@@ -68,19 +71,13 @@ impl CleanerStats {
 
     /// Forgets partitions no longer held here.
     pub fn retain(&self, held: impl Fn(GroupId) -> bool) {
-        let mut all = self
-            .partitions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut all = self.lock();
         all.retain(|g, _| held(*g));
     }
 
     /// Every report, for a scrape.
     pub fn reports(&self) -> Vec<(GroupId, PartitionCleaning)> {
-        let all = self
-            .partitions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let all = self.lock();
         all.iter().map(|(g, p)| (*g, p.clone())).collect()
     }
 }

@@ -359,18 +359,23 @@ mod tests {
         .expect("apply")
     }
 
+    /// Two empty logs in `dir`: a leader's and a follower's.
+    fn leader_and_follower(dir: &std::path::Path) -> (PartitionLog, PartitionLog) {
+        let open = |name: &str| {
+            PartitionLog::open(dir.join(name).as_path(), LogConfig::default())
+                .expect("open")
+                .0
+        };
+        (open("l"), open("f"))
+    }
+
     #[test]
     fn a_caught_up_entry_of_several_requests_of_one_producer_is_stored_whole() {
         // Both replicas hold producer 7's first batch (sequence 0). Then the
         // leader applies two more requests of it (sequences 1-2 and 3) as
         // one entry; its WAL holds both batches back to back.
         let dir = tempfile::tempdir().expect("tempdir");
-        let open = |name: &str| {
-            PartitionLog::open(dir.path().join(name).as_path(), LogConfig::default())
-                .expect("open")
-                .0
-        };
-        let (mut leader, mut follower) = (open("l"), open("f"));
+        let (mut leader, mut follower) = leader_and_follower(dir.path());
         let (mut on_leader, mut on_follower) = (ProducerTable::default(), ProducerTable::default());
         let first = entry::encode_produce(
             [vec![make_batch(&[b"0"], 7, 0, 10)]]
@@ -410,12 +415,7 @@ mod tests {
         use crate::replica::batch::tests::transactional;
         use crate::replica::markers::Marker;
         let dir = tempfile::tempdir().expect("tempdir");
-        let open = |name: &str| {
-            PartitionLog::open(dir.path().join(name).as_path(), LogConfig::default())
-                .expect("open")
-                .0
-        };
-        let (mut leader, mut follower) = (open("l"), open("f"));
+        let (mut leader, mut follower) = leader_and_follower(dir.path());
         let (mut on_leader, mut on_follower) = (ProducerTable::default(), ProducerTable::default());
         // Producer 7 opens a transaction on both.
         let open_txn = entry::encode_produce(
