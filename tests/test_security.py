@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 import harness
 import kwire
+from certs import make_ca, make_cert
 
 pytestmark = pytest.mark.skipif(
     bool(harness.external_bootstrap()) or bool(os.environ.get("HELIX_TEST_KAFKA_LIBS")),
@@ -33,24 +34,6 @@ pytestmark = pytest.mark.skipif(
 
 USER, PASSWORD = "alice", "alice-secret"
 HANDSHAKE_TIMEOUT_MS = 1000
-
-
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_ca(d: Path, name: str) -> None:
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.pem", cwd=d)
-
-
-def make_cert(d: Path, name: str, ca: str, subject: str, san: str | None = None) -> None:
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
-            "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
-    ext = d / f"{name}.ext"
-    ext.write_text(f"subjectAltName={san}\n" if san else "basicConstraints=CA:FALSE\n")
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-            "-CAcreateserial", "-days", "2", "-out", f"{name}.pem", "-extfile", str(ext), cwd=d)
 
 
 def users_file(binary: Path, path: Path) -> None:

@@ -23,6 +23,7 @@ use crate::error::{HelixError, Result};
 use crate::host::{HostSettings, ReplicaHost};
 use crate::replica::raft::RaftSettings;
 use crate::topics::{LogShared, ReplicaFactory, TopicTable};
+use crate::transport::tls::PeerTls;
 use crate::transport::{Transport, TransportConfig};
 use crate::txn::peer::CALL_TXN;
 use crate::txn::peer_calls::TxnCalls;
@@ -120,12 +121,18 @@ impl Broker {
                 None
             }
             (Some(c), None) if c.nodes.len() > 1 => {
-                let settings = TransportConfig::new(
+                let mut settings = TransportConfig::new(
                     me.0,
                     c.peer_listen()?,
                     c.peers().map(|n| (n.id as u64, n.peer.clone())).collect(),
                     cluster_id.clone(),
                 );
+                if let Some(t) = &config.peer_tls {
+                    settings.tls = Some(
+                        PeerTls::load(&t.keystore_location, &t.truststore_location)
+                            .map_err(HelixError::Config)?,
+                    );
+                }
                 let t = Transport::start(settings, peers.clone(), host.links())
                     .await
                     .map_err(|e| HelixError::Config(e.to_string()))?;

@@ -24,6 +24,7 @@ mod replica;
 mod scrubber;
 mod server;
 mod status;
+mod tls;
 mod topics;
 mod transport;
 mod txn;

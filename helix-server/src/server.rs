@@ -101,6 +101,11 @@ pub async fn run(config: Config) -> Result<()> {
     // Open (and replay) everything before binding: a client that can
     // connect finds a broker that is ready and handles SIGTERM.
     let listeners = Listener::all(&config).map_err(HelixError::Config)?;
+    // Every TLS listener shares one configuration, reloaded when its files
+    // change.
+    if let Some(tls) = listeners.iter().find_map(|l| l.tls.clone()) {
+        tokio::spawn(crate::tls::watch(vec![tls], crate::tls::CHECK_EVERY));
+    }
     let broker = Broker::open(config).await?;
     let mut bound = Vec::with_capacity(listeners.len());
     for l in listeners {

@@ -106,6 +106,15 @@ impl Default for TlsConfig {
     }
 }
 
+/// Mutual TLS between the nodes of a cluster: each node shows the
+/// certificate of `keystore_location` and accepts a peer only with a
+/// certificate that chains to `truststore_location`'s CAs (both PEM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerTlsConfig {
+    pub keystore_location: PathBuf,
+    pub truststore_location: PathBuf,
+}
+
 /// The SASL settings of the `SASL_PLAINTEXT` and `SASL_SSL` listeners.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaslConfig {

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::listeners::{SASL_MECHANISMS, parse_listeners};
 use super::{
     BackpressureMode, ClientAuth, Config, Flags, ListenerConfig, LogFormat, Members, NodeSpec,
-    SecurityProtocol, WriteDurability,
+    PeerTlsConfig, SecurityProtocol, WriteDurability,
 };
 use crate::error::{HelixError, Result};
 
@@ -29,6 +29,8 @@ struct FileConfig {
     ssl_truststore_location: Option<PathBuf>,
     ssl_client_auth: Option<ClientAuth>,
     ssl_handshake_timeout_ms: Option<u64>,
+    peer_ssl_keystore_location: Option<PathBuf>,
+    peer_ssl_truststore_location: Option<PathBuf>,
     sasl_enabled_mechanisms: Option<String>,
     sasl_users_file: Option<PathBuf>,
     connection_failed_authentication_delay_ms: Option<u64>,
@@ -302,6 +304,28 @@ impl Config {
         {
             c.tls.handshake_timeout = Duration::from_millis(ms);
         }
+        match (
+            flags
+                .peer_ssl_keystore_location
+                .or(file.peer_ssl_keystore_location),
+            flags
+                .peer_ssl_truststore_location
+                .or(file.peer_ssl_truststore_location),
+        ) {
+            (None, None) => {}
+            (Some(keystore_location), Some(truststore_location)) => {
+                c.peer_tls = Some(PeerTlsConfig {
+                    keystore_location,
+                    truststore_location,
+                })
+            }
+            _ => {
+                return Err(HelixError::Config(
+                    "peer_ssl_keystore_location and peer_ssl_truststore_location go together"
+                        .into(),
+                ));
+            }
+        }
         if let Some(text) = flags
             .sasl_enabled_mechanisms
             .or(file.sasl_enabled_mechanisms)
@@ -435,6 +459,9 @@ impl Config {
         }
         if self.tls.client_auth != ClientAuth::None && self.tls.truststore_location.is_none() {
             return bad("ssl_client_auth requested/required needs ssl_truststore_location".into());
+        }
+        if self.peer_tls.is_some() && self.cluster.as_ref().is_none_or(|c| c.nodes.len() < 2) {
+            return bad("peer_ssl_* settings are given but this node has no peers".into());
         }
         if self.tls.handshake_timeout.is_zero() {
             return bad("ssl_handshake_timeout_ms must be positive".into());

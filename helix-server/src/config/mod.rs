@@ -20,7 +20,9 @@ pub mod members;
 mod transactions;
 pub use cleaner::{CleanerConfig, CleanupPolicy};
 pub use groups::GroupConfig;
-pub use listeners::{ClientAuth, ListenerConfig, SaslConfig, SecurityProtocol, TlsConfig};
+pub use listeners::{
+    ClientAuth, ListenerConfig, PeerTlsConfig, SaslConfig, SecurityProtocol, TlsConfig,
+};
 pub use members::{Members, NodeSpec};
 pub use transactions::TxnConfig;
 
@@ -146,6 +148,14 @@ pub struct Flags {
     /// A TLS handshake not finished within this is closed.
     #[arg(long)]
     pub ssl_handshake_timeout_ms: Option<u64>,
+    /// Mutual TLS between the nodes: this node's certificate chain and
+    /// private key (PEM), shown to peers and checked by them.
+    #[arg(long)]
+    pub peer_ssl_keystore_location: Option<PathBuf>,
+    /// Mutual TLS between the nodes: the CA certificates (PEM) a peer's
+    /// certificate must chain to.
+    #[arg(long)]
+    pub peer_ssl_truststore_location: Option<PathBuf>,
     /// Kafka's `sasl.enabled.mechanisms`: comma-separated.
     #[arg(long)]
     pub sasl_enabled_mechanisms: Option<String>,
@@ -386,6 +396,8 @@ pub struct Config {
     pub listeners: Vec<ListenerConfig>,
     /// The `SSL` / `SASL_SSL` listeners' TLS settings.
     pub tls: TlsConfig,
+    /// Mutual TLS on the peer transport (None: plaintext between nodes).
+    pub peer_tls: Option<PeerTlsConfig>,
     /// The `SASL_*` listeners' SASL settings.
     pub sasl: SaslConfig,
     /// Data directory (default `./helix-data`).
@@ -490,6 +502,7 @@ impl Default for Config {
                 advertised: listen.to_string(),
             }],
             tls: TlsConfig::default(),
+            peer_tls: None,
             sasl: SaslConfig::default(),
             data_dir: PathBuf::from("./helix-data"),
             write_durability: WriteDurability::ReplicationOnly,

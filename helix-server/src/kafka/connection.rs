@@ -104,7 +104,11 @@ pub async fn serve(
         .unwrap_or_default();
     let _ = stream.set_nodelay(true);
     let _open = OpenConnection::new();
-    let Some(acceptor) = listener.tls.clone() else {
+    let Some(acceptor) = listener
+        .tls
+        .as_ref()
+        .map(|t| tokio_rustls::TlsAcceptor::from(t.current()))
+    else {
         let session = Session::new(listener, peer_ip, None);
         let (reader, writer) = stream.into_split();
         return serve_stream(broker, reader, writer, session, peer, shutdown, ticket).await;

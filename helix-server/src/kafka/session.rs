@@ -8,18 +8,19 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use kafka_protocol::messages::ResponseKind;
-use tokio_rustls::TlsAcceptor;
+use rustls::ServerConfig;
 
 use super::sasl::credentials::Credentials;
 use super::sasl::{SaslServer, SaslSession};
 use crate::config::listeners::advertised_addresses;
 use crate::config::{Config, ListenerConfig, SecurityProtocol};
+use crate::tls::Reloading;
 
 /// A bound listener's settings, shared by its connections.
 pub struct Listener {
     pub config: ListenerConfig,
-    /// Set on `SSL` and `SASL_SSL` listeners.
-    pub tls: Option<TlsAcceptor>,
+    /// Set on `SSL` and `SASL_SSL` listeners (reloaded when its files change).
+    pub tls: Option<Arc<Reloading<ServerConfig>>>,
     /// Set on `SASL_PLAINTEXT` and `SASL_SSL` listeners.
     pub sasl: Option<Arc<SaslServer>>,
     /// The advertised address split, as Metadata carries it.
@@ -45,7 +46,7 @@ impl Listener {
         let needs =
             |f: fn(SecurityProtocol) -> bool| config.listeners.iter().any(|l| f(l.protocol));
         let tls = if needs(SecurityProtocol::uses_tls) {
-            Some(super::tls::acceptor(&config.tls)?)
+            Some(super::tls::server(&config.tls)?)
         } else {
             None
         };

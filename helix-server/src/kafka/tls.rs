@@ -1,68 +1,36 @@
-//! TLS on `SSL` and `SASL_SSL` listeners: the rustls server configuration
-//! from PEM files (Kafka's `ssl.keystore.type=PEM`), `ssl.client.auth`, and
-//! the principal a client certificate gives (Kafka's default
-//! `User:` + the subject in RFC 2253 form).
+//! TLS on `SSL` and `SASL_SSL` listeners: the server configuration from
+//! PEM files (Kafka's `ssl.keystore.type=PEM`; built and reloaded by
+//! `crate::tls`) with `ssl.client.auth`, and the principal a client
+//! certificate gives (Kafka's default `User:` + the subject in RFC 2253
+//! form).
 
 use std::sync::Arc;
 
 use rustls::ServerConfig;
-use rustls::server::WebPkiClientVerifier;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio_rustls::TlsAcceptor;
+use rustls_pki_types::CertificateDer;
 
 use crate::config::{ClientAuth, TlsConfig};
+use crate::tls::Reloading;
 
-fn certificates(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{}: no certificate", path.display()));
-    }
-    Ok(certs)
-}
-
-/// The acceptor of the node's TLS listeners. Errors name the file and
-/// what is wrong with it; the node does not start without it.
-pub fn acceptor(tls: &TlsConfig) -> Result<TlsAcceptor, String> {
+/// The TLS configuration of the node's `SSL` and `SASL_SSL` listeners,
+/// reloaded when its files change. Errors name the file and what is wrong
+/// with it; the node does not start without it.
+pub fn server(tls: &TlsConfig) -> Result<Arc<Reloading<ServerConfig>>, String> {
     let keystore = tls
         .keystore_location
-        .as_deref()
+        .clone()
         .ok_or("ssl_keystore_location is not set")?;
-    let chain = certificates(keystore)?;
-    let key = PrivateKeyDer::from_pem_file(keystore)
-        .map_err(|e| format!("{}: no private key: {e}", keystore.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = match (tls.client_auth, tls.truststore_location.as_deref()) {
-        (ClientAuth::None, _) => WebPkiClientVerifier::no_client_auth(),
-        (_, None) => return Err("ssl_client_auth needs ssl_truststore_location".into()),
-        (auth, Some(path)) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in certificates(path)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            let builder =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
-            let builder = if auth == ClientAuth::Requested {
-                builder.allow_unauthenticated()
-            } else {
-                builder
-            };
-            builder
-                .build()
-                .map_err(|e| format!("client verifier: {e}"))?
-        }
-    };
-    let config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("{}: {e}", keystore.display()))?;
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    let truststore = tls.truststore_location.clone();
+    if tls.client_auth != ClientAuth::None && truststore.is_none() {
+        return Err("ssl_client_auth needs ssl_truststore_location".into());
+    }
+    let auth = tls.client_auth;
+    let files = std::iter::once(keystore.clone())
+        .chain(truststore.clone())
+        .collect();
+    Reloading::new(files, move || {
+        crate::tls::server_config(&keystore, truststore.as_deref(), auth)
+    })
 }
 
 /// `User:` + the subject of the client's certificate, most specific

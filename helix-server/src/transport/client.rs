@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::{Notify, mpsc};
@@ -214,8 +214,19 @@ pub async fn run(shared: Arc<Shared>, node: u64, addr: String, lane: Lane, queue
         if *stop.borrow() {
             return;
         }
+        let connect = async {
+            match &shared.config.tls {
+                Some(t) => {
+                    let connector = super::tls::Connector {
+                        tls: t.client.clone(),
+                    };
+                    endpoint.connect_with_connector(connector).await
+                }
+                None => endpoint.connect().await,
+            }
+        };
         let attempt = tokio::select! {
-            r = endpoint.connect() => r,
+            r = connect => r,
             _ = stop.changed() => return,
         };
         match attempt {
@@ -223,9 +234,8 @@ pub async fn run(shared: Arc<Shared>, node: u64, addr: String, lane: Lane, queue
                 if failures > 0 {
                     queue.reconnects.fetch_add(1, Ordering::Relaxed);
                 }
-                failures = 0;
-                backoff = min;
                 tracing::info!(peer = node, lane = lane.name(), "peer lane connected");
+                let began = Instant::now();
                 let ended = stream(&shared, channel, lane, &queue, &mut stop).await;
                 queue.set_channel(None);
                 if *stop.borrow() {
@@ -237,6 +247,14 @@ pub async fn run(shared: Arc<Shared>, node: u64, addr: String, lane: Lane, queue
                     Err(e) => {
                         tracing::info!(peer = node, lane = lane.name(), error = %e, "peer lane lost")
                     }
+                }
+                // A lane that served a while starts over from the shortest
+                // wait; one that broke at once (a peer refusing this node's
+                // certificate, say) backs off like a failed connect, never
+                // a tight loop of connects.
+                if began.elapsed() >= max {
+                    failures = 0;
+                    backoff = min;
                 }
                 failures += 1;
             }

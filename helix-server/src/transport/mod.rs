@@ -20,6 +20,7 @@ mod proto;
 mod server;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -89,6 +90,8 @@ pub struct TransportConfig {
     pub max_frame_bytes: usize,
     /// Reconnect backoff, from the first retry to the longest wait.
     pub backoff: (Duration, Duration),
+    /// Mutual TLS with every peer (None: plaintext).
+    pub tls: Option<tls::PeerTls>,
 }
 
 impl TransportConfig {
@@ -107,6 +110,7 @@ impl TransportConfig {
             lane_queue_bytes: [4 << 20, 64 << 20, 16 << 20],
             max_frame_bytes: 64 << 20,
             backoff: (Duration::from_millis(50), Duration::from_secs(2)),
+            tls: None,
         }
     }
 }
@@ -291,6 +295,16 @@ impl Transport {
             stop,
         });
         tokio::spawn(server::serve(shared.clone(), listener));
+        if let Some(t) = &shared.config.tls {
+            let mut stop = shared.stop.subscribe();
+            let watch = crate::tls::watch(t.watched(), crate::tls::CHECK_EVERY);
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = watch => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+            });
+        }
         for ((node, addr), peer) in shared.config.peers.iter().zip(&shared.peers) {
             for lane in Lane::ALL {
                 tokio::spawn(client::run(

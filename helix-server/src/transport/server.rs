@@ -19,8 +19,29 @@ struct Service {
     shared: Arc<Shared>,
 }
 
-/// Serves peers until shutdown.
+/// Serves peers until shutdown (over mutual TLS when configured).
 pub async fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
+    match shared.config.tls.clone() {
+        Some(tls) => {
+            let incoming = super::tls::incoming(listener, tls.server, shared.stop.subscribe());
+            serve_on(shared, incoming).await
+        }
+        None => serve_on(shared, TcpListenerStream::new(listener)).await,
+    }
+}
+
+async fn serve_on<I, IO, IE>(shared: Arc<Shared>, incoming: I)
+where
+    I: tokio_stream::Stream<Item = Result<IO, IE>>,
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static,
+    IO::ConnectInfo: Clone + Send + Sync + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let max = shared.config.max_frame_bytes;
     let mut stop = shared.stop.subscribe();
     let service = PeerServer::new(Service {
@@ -28,7 +49,6 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
-    let incoming = TcpListenerStream::new(listener);
     let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
