@@ -188,7 +188,12 @@ pub fn recover(
     };
     let snapshot = scan::Snapshot::load(dir);
     let acknowledged_hint = snapshot.as_ref().map_or(0, |s| s.acknowledged_offset);
-    let snapshot = snapshot.and_then(|s| s.describes(&log));
+    // A state carried by a log restart, saved before its entry was
+    // reached, is adopted when it is (`state/restart.rs`).
+    let (snapshot, carried) = match snapshot {
+        Some(s) if s.carried_ahead_of(&log) => (None, Some(s)),
+        s => (s.and_then(|s| s.describes(&log)), None),
+    };
     let (mut producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;
     producers.set_expiration(settings.producer_id_expiration_ms);
     producers.trim_aborted(recovery.log_start_offset);
@@ -237,13 +242,16 @@ pub fn recover(
         verifications: Mutex::new(verification::VerificationGuards::default()),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-    let state = PartitionState::new(
+    let mut state = PartitionState::new(
         dir.to_path_buf(),
         log,
         hard_state_file,
         producers,
         published.clone(),
     );
+    if let Some(s) = carried {
+        state.carry(s);
+    }
     Ok(Recovered {
         group,
         state,
