@@ -16,6 +16,7 @@ pub mod batch;
 pub mod compaction;
 pub mod entry;
 pub mod internal;
+pub mod internal_drain;
 pub mod internal_queue;
 pub mod learner;
 pub mod links;
