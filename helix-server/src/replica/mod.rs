@@ -232,6 +232,7 @@ pub fn recover(
             producers.first_unstable().unwrap_or(i64::MAX),
         ),
         aborted: RwLock::new(producers.aborted().copied().collect()),
+        ongoing: RwLock::new(producers.ongoing()),
         max_timestamp: Mutex::new(max_ts),
         leadership: watch::channel(Leadership::default()).0,
         isr: Mutex::new(Vec::new()),
@@ -473,6 +474,32 @@ impl Partition {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .begin(producer_id)
+    }
+
+    /// Whether the applied log holds an open transaction of `producer_id`
+    /// at `epoch` (Kafka's `hasOngoingTransaction`): a batch continuing it
+    /// is appended without asking the coordinator (KIP-890 part 1). Should
+    /// a marker end it before the batch is decided, the batch would open a
+    /// transaction unverified, and the leader refuses it
+    /// (INVALID_TXN_STATE, as Kafka).
+    pub fn in_ongoing_txn(&self, producer_id: i64, epoch: i16) -> bool {
+        self.published
+            .ongoing
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&producer_id)
+            == Some(&epoch)
+    }
+
+    /// How many transactional batches for this replica were verified with
+    /// their coordinator (KIP-890 part 1).
+    #[cfg(test)]
+    pub fn verifications_asked(&self) -> u64 {
+        self.published
+            .verifications
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .asked()
     }
 
     /// The current reader handle (cheap: a clone of an `Arc`).

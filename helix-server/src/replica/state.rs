@@ -283,6 +283,7 @@ impl PartitionState {
             self.push_unacked(unacked);
             last = Some(e.index);
         }
+        self.publish_ongoing();
         Ok(last)
     }
 
