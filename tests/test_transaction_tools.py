@@ -9,7 +9,9 @@ confluent-kafka's transactional producer left open.
 hanging (Kafka 3.9.1 prints only its header then: with KIP-890's
 verification a single node cannot be made to hang one); `abort` of a
 transaction whose producer was killed writes the abort marker, so a
-read_committed consumer gets past it and never sees its records.
+read_committed consumer gets past it and never sees its records; and
+`abort` on the group's `__consumer_offsets` partition of a killed
+producer's transaction that holds only offsets drops those offsets.
 
 Both tests pass against Apache Kafka 3.9.1 too (HELIX_TEST_KAFKA_LIBS at the
 jars of org.apache.kafka:kafka_2.13:3.9.1, e.g.
@@ -52,6 +54,31 @@ assert p.flush(30) == 0
 print("OPEN", flush=True)
 os.kill(os.getpid(), 9)
 """
+
+
+# A transactional producer whose open transaction holds only a group's
+# offsets (send_offsets_to_transaction, no records), killed with SIGKILL.
+DEAD_OFFSETS_PRODUCER = r"""
+import os, sys
+from confluent_kafka import Consumer, Producer, TopicPartition
+bootstrap, tid, topic, group = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+              "transaction.timeout.ms": 900000})
+p.init_transactions(30)
+p.begin_transaction()
+p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], c.consumer_group_metadata(), 30)
+print("OPEN", flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def java_string_hash(s: str) -> int:
+    """Java's `String.hashCode` of an ASCII string."""
+    h = 0
+    for c in s:
+        h = (31 * h + ord(c)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def transactions(bootstrap: str, *args: str) -> list[dict[str, str]]:
@@ -211,3 +238,45 @@ def test_abort_ends_the_open_transaction_of_a_killed_producer(where, topic):
     assert ended["CurrentTransactionStartOffset"] == "None", ended
     got = read_committed(broker.bootstrap, topic, settle=2.0)
     assert got == after, got
+
+
+def test_abort_on_the_offsets_partition_drops_a_killed_producers_pending_offsets(broker, topic):
+    """`kafka-transactions.sh abort` of a transaction that holds only a
+    group's offsets: the operator finds it open on the group's
+    `__consumer_offsets` partition with `describe-producers` and aborts it
+    there; the abort marker drops the pending offsets, so the group's
+    committed offset stays unset and stable (librdkafka's committed() asks
+    with require_stable and would wait on an unstable one)."""
+    clients.create_topic(broker.bootstrap, topic, 1)
+    tid, group = f"tools-offsets-{topic}", f"tools-group-{topic}"
+    child = subprocess.run([sys.executable, "-c", DEAD_OFFSETS_PRODUCER, broker.bootstrap, tid, topic, group],
+                           capture_output=True, timeout=120, cwd=Path(__file__).parent)
+    assert b"OPEN" in child.stdout and child.returncode == -9, child
+
+    md = clients.admin(broker.bootstrap).list_topics(topic="__consumer_offsets", timeout=CALL_TIMEOUT)
+    partition = str(abs(java_string_hash(group)) % len(md.topics["__consumer_offsets"].partitions))
+    (shown,) = transactions(broker.bootstrap, "describe-producers", "--topic", "__consumer_offsets",
+                            "--partition", partition)
+    start = shown["CurrentTransactionStartOffset"]
+    assert start != "None", shown
+
+    assert transactions(broker.bootstrap, "abort", "--topic", "__consumer_offsets",
+                        "--partition", partition, "--start-offset", start) == []
+
+    (ended,) = transactions(broker.bootstrap, "describe-producers", "--topic", "__consumer_offsets",
+                            "--partition", partition)
+    assert ended["CurrentTransactionStartOffset"] == "None", ended
+    c = Consumer({**clients.RDKAFKA, "bootstrap.servers": broker.bootstrap, "group.id": group,
+                  "enable.auto.commit": False})
+    try:
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while True:
+            try:
+                (committed,) = c.committed([TopicPartition(topic, 0)], timeout=5)
+                break
+            except Exception as e:  # UNSTABLE_OFFSET_COMMIT until the group reads the marker
+                assert time.monotonic() < deadline, e
+        assert committed.offset < 0, committed
+    finally:
+        c.close()
+

@@ -258,24 +258,38 @@ pub(super) async fn produce(b: &Broker, topic: &str, p: i32, values: &[&[u8]]) -
 /// Queues `batch` (acks=all) straight to the replica of partition `p` on
 /// `b`, whatever its role: the replica itself decides or refuses.
 pub(super) async fn queue(b: &Broker, topic: &str, p: i32, batch: Bytes) -> Result<i64> {
+    queue_verified(b, topic, p, batch, None).await
+}
+
+/// [`queue`] with the verification guard a transactional batch that opens
+/// a transaction needs (`replica::verification`), as if the coordinator
+/// had confirmed it.
+pub(super) async fn queue_verified(
+    b: &Broker,
+    topic: &str,
+    p: i32,
+    batch: Bytes,
+    verified: Option<u64>,
+) -> Result<i64> {
     let t = b.topic(topic).ok_or(HelixError::UnknownTopicOrPartition)?;
     let part = t.local(p)?.clone();
-    let batches: Vec<Bytes> = crate::replica::batch::validate(&batch, i32::MAX, None)?
-        .into_iter()
-        .map(|v| v.bytes)
-        .collect();
+    let batches: Vec<Bytes> = if verified.is_some() {
+        crate::replica::batch::validate_transactional(&batch, i32::MAX, None)?
+    } else {
+        crate::replica::batch::validate(&batch, i32::MAX, None)?
+    }
+    .into_iter()
+    .map(|v| v.bytes)
+    .collect();
     let room = b
         .backpressure
         .acquire_within(batch.len(), Duration::from_secs(5))
         .await?;
     let (reply, rx) = tokio::sync::oneshot::channel();
-    part.produce(crate::batcher::PendingProduce::new(
-        batches,
-        batch.len(),
-        -1,
-        Some(reply),
-        room,
-    ))
+    part.produce(
+        crate::batcher::PendingProduce::new(batches, batch.len(), -1, Some(reply), room)
+            .verified(verified),
+    )
     .await?;
     let ack = tokio::time::timeout(Duration::from_secs(10), rx)
         .await

@@ -24,6 +24,8 @@ mod refusal_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod txn_restart_tests;
+#[cfg(test)]
 mod txn_tests;
 #[cfg(test)]
 mod txn_tools_tests;

@@ -36,10 +36,21 @@ async fn txn_coordinator(on: &Arc<Broker>) -> Option<u64> {
 /// Produce v9 of one transactional batch of `pid` at `epoch` to `topic`-`p`
 /// on `on`: the partition's error code.
 async fn produce_txn(on: &Arc<Broker>, topic: &str, p: i32, pid: i64, epoch: i16) -> i16 {
+    produce_txn_at(on, topic, p, (pid, epoch), 0).await
+}
+
+/// [`produce_txn`] of the batch with base sequence `seq`.
+async fn produce_txn_at(
+    on: &Arc<Broker>,
+    topic: &str,
+    p: i32,
+    (pid, epoch): (i64, i16),
+    seq: i32,
+) -> i16 {
     let mut pd = produce_request::PartitionProduceData::default();
     pd.index = p;
     pd.records = Some(transactional(
-        &make_batch(&[b"in a transaction"], pid, 0, 1000),
+        &make_batch(&[b"in a transaction"], pid, seq, 1000),
         epoch,
     ));
     let mut td = produce_request::TopicProduceData::default();
@@ -53,6 +64,86 @@ async fn produce_txn(on: &Arc<Broker>, topic: &str, p: i32, pid: i64, epoch: i16
     let mut out = roundtrip(on, ApiKey::Produce, 9, &r.into()).await;
     let resp = ProduceResponse::decode(&mut out, 9).expect("decode");
     resp.responses[0].partition_responses[0].error_code
+}
+
+/// The node every node names coordinator of `TID`, once they agree.
+async fn settled_coordinator(c: &TestCluster) -> u64 {
+    for _ in 0..1500 {
+        let mut named = Vec::new();
+        for id in c.ids() {
+            named.push(txn_coordinator(c.broker(id)).await);
+        }
+        if let Some(Some(first)) = named.first()
+            && named.iter().all(|n| *n == Some(*first))
+        {
+            return *first;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("every node names one coordinator");
+}
+
+/// InitProducerId v1 for `TID` on its coordinator: (producer id, epoch).
+/// Retried while the answer is one clients retry: the coordinator's
+/// partition still loading (COORDINATOR_LOAD_IN_PROGRESS), or no producer
+/// id block from the controller yet (COORDINATOR_NOT_AVAILABLE).
+async fn init(coordinator: &Arc<Broker>) -> (i64, i16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let init = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str(TID))))
+            .with_transaction_timeout_ms(60_000);
+        let mut out = roundtrip(coordinator, ApiKey::InitProducerId, 1, &init.into()).await;
+        let init = InitProducerIdResponse::decode(&mut out, 1).expect("decode");
+        match init.error_code {
+            0 => return (init.producer_id.0, init.producer_epoch),
+            14 | 15 => assert!(
+                std::time::Instant::now() < deadline,
+                "InitProducerId still {}",
+                init.error_code
+            ),
+            other => panic!("InitProducerId answered {other}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// AddPartitionsToTxn v3 of `topic`'s `partitions`: each one's code.
+async fn add(
+    coordinator: &Arc<Broker>,
+    (pid, epoch): (i64, i16),
+    topic: &str,
+    partitions: Vec<i32>,
+) -> Vec<i16> {
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_static_str(TID)))
+        .with_v3_and_below_producer_id(ProducerId(pid))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![
+            add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                .with_name(wire_topic(topic))
+                .with_partitions(partitions),
+        ]);
+    let mut out = roundtrip(coordinator, ApiKey::AddPartitionsToTxn, 3, &add.into()).await;
+    let added = AddPartitionsToTxnResponse::decode(&mut out, 3).expect("decode");
+    added.results_by_topic_v3_and_below[0]
+        .results_by_partition
+        .iter()
+        .map(|r| r.partition_error_code)
+        .collect()
+}
+
+/// EndTxn v3: its code.
+async fn end(coordinator: &Arc<Broker>, (pid, epoch): (i64, i16), commit: bool) -> i16 {
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_static_str(TID)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let mut out = roundtrip(coordinator, ApiKey::EndTxn, 3, &end.into()).await;
+    EndTxnResponse::decode(&mut out, 3)
+        .expect("decode")
+        .error_code
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,45 +161,12 @@ async fn a_transaction_is_verified_and_ended_on_partitions_led_by_other_nodes() 
         leaders.push(settled_preferred_leader(&c, "t", p).await);
         settled_preferred_leader(&c, "u", p).await;
     }
-    let mut coordinator = None;
-    for _ in 0..1500 {
-        let mut named = Vec::new();
-        for id in c.ids() {
-            named.push(txn_coordinator(c.broker(id)).await);
-        }
-        if named.iter().all(|n| n.is_some() && *n == named[0]) {
-            coordinator = named[0];
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let coordinator = c.broker(coordinator.expect("every node names one coordinator"));
-
-    let init = InitProducerIdRequest::default()
-        .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str(TID))))
-        .with_transaction_timeout_ms(60_000);
-    let mut out = roundtrip(coordinator, ApiKey::InitProducerId, 1, &init.into()).await;
-    let init = InitProducerIdResponse::decode(&mut out, 1).expect("decode");
-    assert_eq!(init.error_code, 0);
-    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
-
-    let add = AddPartitionsToTxnRequest::default()
-        .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_static_str(TID)))
-        .with_v3_and_below_producer_id(ProducerId(pid))
-        .with_v3_and_below_producer_epoch(epoch)
-        .with_v3_and_below_topics(vec![
-            add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
-                .with_name(wire_topic("t"))
-                .with_partitions(vec![0, 1, 2]),
-        ]);
-    let mut out = roundtrip(coordinator, ApiKey::AddPartitionsToTxn, 3, &add.into()).await;
-    let added = AddPartitionsToTxnResponse::decode(&mut out, 3).expect("decode");
-    let codes: Vec<i16> = added.results_by_topic_v3_and_below[0]
-        .results_by_partition
-        .iter()
-        .map(|r| r.partition_error_code)
-        .collect();
-    assert_eq!(codes, vec![0, 0, 0]);
+    let coordinator = c.broker(settled_coordinator(&c).await);
+    let (pid, epoch) = init(coordinator).await;
+    assert_eq!(
+        add(coordinator, (pid, epoch), "t", vec![0, 1, 2]).await,
+        vec![0, 0, 0]
+    );
 
     for p in 0..3 {
         let leader = c.broker(leaders[p as usize]);
@@ -128,18 +186,7 @@ async fn a_transaction_is_verified_and_ended_on_partitions_led_by_other_nodes() 
         assert_eq!(part.last_stable_offset().0, 0, "t-{p} held open");
     }
 
-    let end = EndTxnRequest::default()
-        .with_transactional_id(TransactionalId(StrBytes::from_static_str(TID)))
-        .with_producer_id(ProducerId(pid))
-        .with_producer_epoch(epoch)
-        .with_committed(true);
-    let mut out = roundtrip(coordinator, ApiKey::EndTxn, 3, &end.into()).await;
-    assert_eq!(
-        EndTxnResponse::decode(&mut out, 3)
-            .expect("decode")
-            .error_code,
-        0
-    );
+    assert_eq!(end(coordinator, (pid, epoch), true).await, 0);
     // The commit marker lands on every leader: the batch and the marker,
     // both stable.
     for p in 0..3 {
@@ -155,5 +202,70 @@ async fn a_transaction_is_verified_and_ended_on_partitions_led_by_other_nodes() 
         })
         .await;
     }
+    c.close().await;
+}
+
+/// KIP-890 part 1, as Kafka: a transaction's first batch on a partition is
+/// verified with the coordinator (a peer call here: the partition is led
+/// by another node); later batches find the transaction ongoing for that
+/// producer and epoch in the partition's replicated producer state and go
+/// straight to the log. The next transaction's first batch is verified
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_transactions_first_batch_on_a_partition_is_verified() {
+    let c = TestCluster::start(3).await;
+    c.broker(1)
+        .admin
+        .create_topic("t", 3, 3, None, Default::default(), false)
+        .await
+        .expect("topic");
+    let mut leaders = Vec::new();
+    for p in 0..3 {
+        leaders.push(settled_preferred_leader(&c, "t", p).await);
+    }
+    let at = settled_coordinator(&c).await;
+    let coordinator = c.broker(at);
+    let p = (0..3)
+        .find(|p| leaders[*p as usize] != at)
+        .expect("a partition led by another node");
+    let leader = c.broker(leaders[p as usize]);
+    let part = leader
+        .topic("t")
+        .expect("t")
+        .local(p)
+        .expect("local")
+        .clone();
+    let producer = init(coordinator).await;
+
+    assert_eq!(add(coordinator, producer, "t", vec![p]).await, vec![0]);
+    for seq in 0..3 {
+        assert_eq!(produce_txn_at(leader, "t", p, producer, seq).await, 0);
+    }
+    assert_eq!(part.verifications_asked(), 1, "the first batch only");
+    assert_eq!(end(coordinator, producer, true).await, 0);
+    wait_until("the commit marker", || {
+        part.log_end_offset().0 == 4 && part.last_stable_offset().0 == 4
+    })
+    .await;
+
+    // The next transaction, same producer and epoch: its first batch is
+    // verified again (the marker ended the one the partition knew). The
+    // coordinator takes it once it has completed the commit
+    // (CONCURRENT_TRANSACTIONS until then, which clients retry).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match add(coordinator, producer, "t", vec![p]).await[..] {
+            [0] => break,
+            [51] => assert!(std::time::Instant::now() < deadline, "never completed"),
+            ref other => panic!("AddPartitionsToTxn answered {other:?}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for seq in 3..5 {
+        assert_eq!(produce_txn_at(leader, "t", p, producer, seq).await, 0);
+    }
+    assert_eq!(part.verifications_asked(), 2);
+    assert_eq!(end(coordinator, producer, false).await, 0);
+    wait_until("the abort marker", || part.last_stable_offset().0 == 7).await;
     c.close().await;
 }

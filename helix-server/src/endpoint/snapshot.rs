@@ -113,7 +113,7 @@ fn produce_path(f: &mut Families) {
 
 fn counters(f: &mut Families) {
     let c = &metrics().counters;
-    let counters: [(&'static str, &'static str, &AtomicU64); 21] = [
+    let counters: [(&'static str, &'static str, &AtomicU64); 22] = [
         (
             "produce_bytes",
             "Record batch bytes in Produce requests",
@@ -203,6 +203,11 @@ fn counters(f: &mut Families) {
             "catch_up_entries",
             "Raft entries streamed from this node's WAL to catch followers up",
             &c.catch_up_entries,
+        ),
+        (
+            "txn_verifications",
+            "Transactional batches verified with their transaction coordinator (a transaction's first on a partition)",
+            &c.txn_verifications,
         ),
         (
             "fetch_copy_fallbacks",

@@ -27,6 +27,7 @@ use super::types::{
     ClientInfo, CoordinatorPartition, ProposalId, ReplyTo, RequestToken, TxnProducer,
     coordinator_partition_for,
 };
+use crate::replica::internal_drain::SnapshotDrain;
 
 /// A request of one of the coordinator's APIs, as decoded by the broker.
 #[derive(Debug, Clone)]
@@ -59,12 +60,10 @@ pub struct HostedPartition {
     /// Records acknowledged or replayed since the last snapshot entry.
     pub records_since_snapshot: u64,
     pub snapshot_in_flight: bool,
-    /// A snapshot is due but proposals of the partition are in flight (it
-    /// would miss them): new proposals wait in `held` until those are
-    /// settled and the snapshot is proposed, so a steady stream of
-    /// commits cannot keep the log from ever being snapshotted.
-    pub draining: bool,
-    held: Vec<PendingProposal>,
+    /// Proposals waiting behind a due snapshot until those in flight are
+    /// settled, so a steady stream of commits cannot keep the log from ever
+    /// being snapshotted.
+    drain: SnapshotDrain<PendingProposal>,
     /// The log offset after the last entry applied (acknowledged, replayed
     /// or read back): the host reads markers on from here.
     pub next_offset: i64,
@@ -80,8 +79,7 @@ impl HostedPartition {
             retention_in_flight: false,
             records_since_snapshot: 0,
             snapshot_in_flight: false,
-            draining: false,
-            held: Vec::new(),
+            drain: SnapshotDrain::default(),
             next_offset: 0,
         }
     }
@@ -287,7 +285,7 @@ impl Coordinator {
         let held = self
             .shards
             .get_mut(&partition)
-            .map(|s| std::mem::take(&mut s.held))
+            .map(|s| s.drain.take_held())
             .unwrap_or_default();
         for pending in held {
             self.settle(
@@ -371,7 +369,10 @@ impl Coordinator {
     /// A draining partition whose last proposal in flight just settled
     /// takes its snapshot now (or gives up on it) and lets what waited go.
     fn end_drain(&mut self, partition: CoordinatorPartition) {
-        let draining = self.shards.get(&partition).is_some_and(|s| s.draining);
+        let draining = self
+            .shards
+            .get(&partition)
+            .is_some_and(|s| s.drain.is_draining());
         if draining && !self.has_in_flight(partition) {
             self.snapshot_partitions();
         }
@@ -503,18 +504,14 @@ impl Coordinator {
                 && shard.records_since_snapshot >= threshold
                 && !shard.any_pending()
                 && shard.records_since_snapshot >= live();
-            if due && busy.contains(&partition) {
-                shard.draining = true;
-                continue;
-            }
-            if due {
+            let (now, held) = shard.drain.decide(due, busy.contains(&partition));
+            if now {
                 shard.snapshot_in_flight = true;
                 shard.records_since_snapshot = 0;
                 snapshots.push((partition, shard.snapshot()));
             }
-            if shard.draining {
-                shard.draining = false;
-                released.push((partition, std::mem::take(&mut shard.held)));
+            if !held.is_empty() {
+                released.push((partition, held));
             }
         }
         for (partition, records) in snapshots {
@@ -534,13 +531,15 @@ impl Coordinator {
     /// draining partition's proposals wait behind its snapshot.
     pub(super) fn flush(&mut self, partition: CoordinatorPartition, out: Effects) {
         self.ready.replies.extend(out.replies);
-        if let Some(shard) = self.shards.get_mut(&partition)
-            && shard.draining
-        {
-            shard.held.extend(out.proposals);
-            return;
-        }
-        self.propose(partition, out.proposals);
+        let proposals = match self.shards.get_mut(&partition) {
+            Some(shard) => out
+                .proposals
+                .into_iter()
+                .filter_map(|p| shard.drain.pass(p))
+                .collect(),
+            None => out.proposals,
+        };
+        self.propose(partition, proposals);
     }
 
     /// Numbers `proposals` and puts them in the ready output, in order.

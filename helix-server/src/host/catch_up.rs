@@ -35,6 +35,9 @@ struct Cursor {
     /// the follower's log starts over there (helix-raft
     /// `catch_up_restart`). That entry goes out stored, with its offsets.
     restart: bool,
+    /// The leader's derived state, taken when the restart was decided, sent
+    /// with the restart's first entry (`replica/state/restart.rs`).
+    carried: Option<Bytes>,
 }
 
 /// The catch-ups a shard serves.
@@ -61,6 +64,11 @@ impl CatchUps {
         let Some(stream) = state.entries_from(from) else {
             return;
         };
+        let carried = if restart {
+            state.state_to_carry()
+        } else {
+            None
+        };
         tracing::info!(
             group = group.0,
             follower = req.to.0,
@@ -78,6 +86,7 @@ impl CatchUps {
                 deleted: state.delete_records_entries(),
                 in_flight: VecDeque::new(),
                 restart,
+                carried,
             },
         );
     }
@@ -179,7 +188,7 @@ fn read_chunk(cursor: &mut Cursor) -> crate::error::Result<(Vec<Entry>, usize)> 
             .map(|d| d.offset);
         let restarts_here = cursor.restart && entries.is_empty();
         entries.push(if restarts_here {
-            stored_entry(stored)
+            stored_entry(stored, cursor.carried.take().as_deref())
         } else {
             wal_entry(stored, deleted)?
         });
@@ -250,13 +259,18 @@ fn wal_entry(stored: StoredEntry, deleted: Option<i64>) -> crate::error::Result<
 }
 
 /// A WAL entry as a stored entry, whatever it holds: it carries its
-/// offset range, which a follower whose log starts over at it starts at.
-fn stored_entry(stored: StoredEntry) -> Entry {
+/// offset range, which a follower whose log starts over at it starts at,
+/// and the leader's derived state when `carried` (a restart entry).
+fn stored_entry(stored: StoredEntry, carried: Option<&[u8]>) -> Entry {
+    let (first, next, batches) = (stored.first_offset, stored.next_offset, &stored.batches);
     Entry {
         term: Term(stored.pos.term),
         index: LogIndex(stored.pos.index),
         kind: EntryKind::Normal,
-        data: entry::encode_stored(stored.first_offset, stored.next_offset, &stored.batches),
+        data: match carried {
+            Some(state) => entry::encode_restart(first, next, state, batches),
+            None => entry::encode_stored(first, next, batches),
+        },
     }
 }
 
@@ -472,14 +486,14 @@ mod tests {
     #[test]
     fn a_restarts_first_entry_goes_out_stored_with_its_range() {
         let batch = make_batch(&[b"1", b"2"], -1, -1, 10);
-        let e = stored_entry(held_at(7, 40, 42, batch.clone()));
+        let e = stored_entry(held_at(7, 40, 42, batch.clone()), None);
         assert_eq!(
             (e.index, e.term, e.kind),
             (LogIndex(7), Term(2), EntryKind::Normal)
         );
         assert_eq!(entry::stored_range(&e.data), Some((40, 42)));
         // Even an entry with no batches (a DeleteRecords or no-op entry).
-        let empty = stored_entry(held_at(8, 42, 42, Bytes::new()));
+        let empty = stored_entry(held_at(8, 42, 42, Bytes::new()), Some(b"{}"));
         assert_eq!(entry::stored_range(&empty.data), Some((42, 42)));
     }
 

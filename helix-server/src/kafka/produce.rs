@@ -199,14 +199,13 @@ impl Admission<'_> {
         }
         // A replica was found, so the topic was.
         let t = topic.ok_or(HelixError::UnknownTopicOrPartition)?;
-        let verified = match transactional_id {
+        let (transactional, verified) = match transactional_id {
             Some(id) => {
                 self.verify_transactional(p, id, &t.name, pd.index, &records)
                     .await?
             }
-            None => None,
+            None => (false, None),
         };
-        let transactional = verified.is_some();
         let batches = accept(
             &records,
             &t.effective,
@@ -255,14 +254,18 @@ impl Admission<'_> {
 }
 
 impl Admission<'_> {
-    /// A request with a transactional id: if its batch is transactional,
-    /// the verification guard it was verified under, after the coordinator
-    /// confirmed that the partition is in the producer's ongoing
-    /// transaction at the batch's epoch (KIP-890 part 1; a batch for a
-    /// partition never added to the transaction would be left open for
-    /// ever). The guard is taken before the coordinator is asked: a marker
-    /// decided meanwhile ends it, and the batch is then refused
-    /// (`replica::verification`).
+    /// A request with a transactional id: whether its batch is
+    /// transactional, and if it must be verified, the verification guard
+    /// it was verified under, after the coordinator confirmed that the
+    /// partition is in the producer's ongoing transaction at the batch's
+    /// epoch (KIP-890 part 1; a batch for a partition never added to the
+    /// transaction would be left open for ever). Only a transaction's first
+    /// batch on the partition is verified, as Kafka does: once the
+    /// partition's applied producer state holds the transaction ongoing at
+    /// that epoch, later batches go straight to the leader, which still
+    /// refuses one that would open a transaction unverified. The guard is
+    /// taken before the coordinator is asked: a marker decided meanwhile
+    /// ends it, and the batch is then refused (`replica::verification`).
     async fn verify_transactional(
         &self,
         replica: &crate::replica::Partition,
@@ -270,10 +273,13 @@ impl Admission<'_> {
         topic: &str,
         partition: i32,
         records: &bytes::Bytes,
-    ) -> Result<Option<u64>, HelixError> {
+    ) -> Result<(bool, Option<u64>), HelixError> {
         let header = batch::parse_header(records)?;
         if !header.is_transactional() {
-            return Ok(None);
+            return Ok((false, None));
+        }
+        if replica.in_ongoing_txn(header.producer_id, header.producer_epoch) {
+            return Ok((true, None));
         }
         let guard = replica.begin_verification(header.producer_id);
         crate::txn::wire::verify_produce(
@@ -294,7 +300,7 @@ impl Admission<'_> {
                 ),
             )
         })?;
-        Ok(Some(guard))
+        Ok((true, Some(guard)))
     }
 }
 

@@ -85,10 +85,13 @@ fn producer_state(p: &ActiveProducer) -> ProducerState {
 /// UNKNOWN_TOPIC_OR_PARTITION (Kafka's `getMagic` finding no local log); a
 /// local follower answers NOT_LEADER_OR_FOLLOWER when written to.
 ///
-/// `__consumer_offsets` partitions belong to the group service, whose
-/// state is not read from control batches yet, and `__transaction_state`
-/// holds coordinator records only: a marker there would corrupt them, so
-/// both are refused (INVALID_REQUEST).
+/// A marker on a `__consumer_offsets` partition is written as on any
+/// partition, as Kafka does: the group coordinator reads it back from the
+/// log and commits or drops the producer's pending transactional offsets,
+/// as for the transaction coordinator's own markers (ADR 0026, "Offsets
+/// in transactions"). `__transaction_state` holds coordinator records
+/// only: a marker there would corrupt them, so it is refused
+/// (INVALID_REQUEST).
 pub fn marker_replica(
     topics: &TopicTable,
     topic: &str,
@@ -97,7 +100,7 @@ pub fn marker_replica(
     let found = topics
         .get(topic)
         .ok_or(HelixError::UnknownTopicOrPartition)?;
-    if topic == GROUPS_TOPIC || found.internal {
+    if found.internal && topic != GROUPS_TOPIC {
         return Err(HelixError::InvalidRequest(format!(
             "transaction markers cannot be written to {topic} by WriteTxnMarkers"
         )));

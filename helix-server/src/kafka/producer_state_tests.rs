@@ -206,9 +206,9 @@ async fn write_txn_markers_aborts_by_hand_and_refuses_stale_epochs() {
     );
     assert_eq!(write_marker(&b, marker(pid, epoch, 0, "nope")).await, 3);
     assert_eq!(
-        write_marker(&b, marker(pid, epoch, 0, "__consumer_offsets")).await,
+        write_marker(&b, marker(pid, epoch, 0, "__transaction_state")).await,
         42,
-        "INVALID_REQUEST"
+        "INVALID_REQUEST: coordinator records only"
     );
 
     // What `kafka-transactions.sh abort` sends: the producer's epoch, and

@@ -4,7 +4,9 @@
 //! offsets are pending (UNSTABLE_OFFSET_COMMIT with require_stable) until
 //! EndTxn's marker reaches `__consumer_offsets`, and an unknown topic's
 //! partition is answered UNKNOWN_TOPIC_OR_PARTITION. Both APIs at every
-//! advertised version (0-4).
+//! advertised version (0-4). An admin's WriteTxnMarkers on the group's
+//! `__consumer_offsets` partition (`kafka-transactions.sh abort`) ends the
+//! pending offsets as the coordinator's own marker does.
 
 use std::time::Duration;
 
@@ -59,6 +61,92 @@ async fn fetch(b: &std::sync::Arc<crate::broker::Broker>, require_stable: bool) 
     let response = OffsetFetchResponse::decode(&mut out, 7).expect("decode");
     let p = &response.topics[0].partitions[0];
     (p.committed_offset, p.error_code)
+}
+
+/// Polls OffsetFetch (require_stable) until it answers `want`.
+async fn await_fetched(b: &std::sync::Arc<crate::broker::Broker>, want: (i64, i16)) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let fetched = fetch(b, true).await;
+        if fetched == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {fetched:?}, waiting for {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// WriteTxnMarkers v1 of one marker for `producer` on the group's
+/// `__consumer_offsets` partition, as `kafka-transactions.sh abort` sends
+/// it (coordinator epoch 0): its code.
+async fn admin_marker(
+    b: &std::sync::Arc<crate::broker::Broker>,
+    (producer, epoch): (ProducerId, i16),
+    commit: bool,
+) -> i16 {
+    let partition = b.groups.offsets_partition_of("g-o");
+    let request = WriteTxnMarkersRequest::default().with_markers(vec![
+        write_txn_markers_request::WritableTxnMarker::default()
+            .with_producer_id(producer)
+            .with_producer_epoch(epoch)
+            .with_transaction_result(commit)
+            .with_coordinator_epoch(0)
+            .with_topics(vec![
+                write_txn_markers_request::WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(s("__consumer_offsets")))
+                    .with_partition_indexes(vec![partition]),
+            ]),
+    ]);
+    let mut out = roundtrip(b, ApiKey::WriteTxnMarkers, 1, &request.into()).await;
+    let response = WriteTxnMarkersResponse::decode(&mut out, 1).expect("decode");
+    response.markers[0].topics[0].partitions[0].error_code
+}
+
+/// A transaction of `tx-o` holding offset 5 of t-0 for g-o, pending.
+async fn pending_offsets(b: &std::sync::Arc<crate::broker::Broker>) -> (ProducerId, i16) {
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(s("tx-o"))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let mut out = roundtrip(b, ApiKey::InitProducerId, 4, &init.into()).await;
+    let init = InitProducerIdResponse::decode(&mut out, 4).expect("decode");
+    assert_eq!(init.error_code, 0);
+    let (producer, epoch) = (init.producer_id, init.producer_epoch);
+    let add = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(TransactionalId(s("tx-o")))
+        .with_producer_id(producer)
+        .with_producer_epoch(epoch)
+        .with_group_id(GroupId(s("g-o")));
+    let mut out = roundtrip(b, ApiKey::AddOffsetsToTxn, 3, &add.into()).await;
+    let added = AddOffsetsToTxnResponse::decode(&mut out, 3).expect("decode");
+    assert_eq!(added.error_code, 0);
+    let commit = txn_commit(producer, epoch, "t");
+    let mut out = roundtrip(b, ApiKey::TxnOffsetCommit, 3, &commit.into()).await;
+    let accepted = TxnOffsetCommitResponse::decode(&mut out, 3).expect("decode");
+    assert_eq!(codes(&accepted), vec![0]);
+    assert_eq!(fetch(b, true).await, (-1, UNSTABLE_OFFSET_COMMIT));
+    (producer, epoch)
+}
+
+/// `kafka-transactions.sh abort` of a transaction whose open partition is
+/// the group's `__consumer_offsets` partition: the abort marker is written
+/// there as on any partition, and the group drops the producer's pending
+/// offsets (a commit marker makes them the committed ones), as Kafka's
+/// group coordinator does with the markers it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admins_marker_on_the_offsets_partition_ends_the_pending_offsets() {
+    for (commit, after) in [(false, (-1, 0)), (true, (5, 0))] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = broker(dir.path()).await;
+        let producer = pending_offsets(&b).await;
+        assert_eq!(admin_marker(&b, producer, commit).await, 0);
+        await_fetched(&b, after).await;
+        b.close_all().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,16 +209,5 @@ async fn transactional_offsets_are_pending_until_the_commit_marker() {
         0
     );
     // The marker is written after EndTxn's answer; the group reads it back.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let fetched = fetch(&b, true).await;
-        if fetched == (5, 0) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still {fetched:?} after the commit"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    await_fetched(&b, (5, 0)).await;
 }

@@ -124,6 +124,10 @@ pub struct Counters {
     pub leader_lease_losses: AtomicU64,
     /// Raft entries streamed from a leader's WAL to catch a follower up.
     pub catch_up_entries: AtomicU64,
+    /// Transactional batches verified with their transaction coordinator
+    /// before being appended (KIP-890 part 1: a transaction's first batch
+    /// on a partition; later ones find it ongoing there).
+    pub txn_verifications: AtomicU64,
     /// Fetch responses encoded by copying records because their splice
     /// markers were not found unambiguously (expected: 0).
     pub fetch_copy_fallbacks: AtomicU64,

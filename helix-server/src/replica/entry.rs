@@ -15,6 +15,13 @@
 //! its batches do not cover its offset range one after another (a
 //! compacted segment, ADR 0027 §5), so the follower keeps every base
 //! offset instead of assigning offsets again.
+//! A restart entry is `kind u8 = 4 | first_offset i64 | next_offset i64 |
+//! state length u32 | state | batches`: the first entry of a follower's
+//! log started over at the leader's first held entry (`state/restart.rs`),
+//! a stored entry carrying the leader's derived state (producers, open
+//! and aborted transactions: `scan::Snapshot` as JSON) as of a later entry
+//! the state names. Applied, it is a stored entry; the state is read only
+//! by the replica whose log starts over at it.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -25,6 +32,7 @@ const KIND_PRODUCE: u8 = 0;
 const KIND_DELETE_RECORDS: u8 = 1;
 const KIND_MARKER: u8 = 2;
 const KIND_STORED: u8 = 3;
+const KIND_RESTART: u8 = 4;
 const MARKER_LEN: usize = 8 + 2 + 1 + 4 + 8;
 const STORED_RANGE_LEN: usize = 8 + 8;
 
@@ -98,10 +106,41 @@ pub fn encode_stored(first_offset: i64, next_offset: i64, batches: &[u8]) -> Byt
     b.freeze()
 }
 
-/// The offset range of a stored entry, read from its first bytes without
-/// decoding it (`None` for any other kind, or too short to hold one).
+/// A stored entry that starts a follower's log over, with the leader's
+/// derived `state` (see the module's description).
+pub fn encode_restart(first_offset: i64, next_offset: i64, state: &[u8], batches: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(1 + STORED_RANGE_LEN + 4 + state.len() + batches.len());
+    b.put_u8(KIND_RESTART);
+    b.put_i64(first_offset);
+    b.put_i64(next_offset);
+    b.put_u32(state.len() as u32);
+    b.put_slice(state);
+    b.put_slice(batches);
+    b.freeze()
+}
+
+/// The state a restart entry carries (`None` for any other kind, or one
+/// too short to hold what it declares).
+pub fn restart_state(data: &Bytes) -> Option<Bytes> {
+    let at = 1 + STORED_RANGE_LEN;
+    if data.first() != Some(&KIND_RESTART) {
+        return None;
+    }
+    let len = data.get(at..at + 4)?;
+    let len = u32::from_be_bytes(len.try_into().ok()?) as usize;
+    let start = at + 4;
+    (data.len() - start >= len).then(|| data.slice(start..start + len))
+}
+
+/// The offset range of a stored (or restart) entry, read from its first
+/// bytes without decoding it (`None` for any other kind, or too short to
+/// hold one).
 pub fn stored_range(data: &[u8]) -> Option<(i64, i64)> {
-    let range = data.strip_prefix(&[KIND_STORED])?.get(..STORED_RANGE_LEN)?;
+    let (kind, rest) = data.split_first()?;
+    if *kind != KIND_STORED && *kind != KIND_RESTART {
+        return None;
+    }
+    let range = rest.get(..STORED_RANGE_LEN)?;
     let (first, next) = range.split_at(8);
     Some((
         i64::from_be_bytes(first.try_into().ok()?),
@@ -186,7 +225,22 @@ pub fn decode(mut b: Bytes) -> Result<PartitionEntry> {
                 batches: b,
             })
         }
-        KIND_STORED => Err(bad("stored entry without its offset range")),
+        KIND_RESTART if b.remaining() >= STORED_RANGE_LEN + 4 => {
+            let first_offset = b.get_i64();
+            let next_offset = b.get_i64();
+            let state_len = b.get_u32() as usize;
+            if b.remaining() < state_len {
+                return Err(bad("restart entry cut inside its state"));
+            }
+            b.advance(state_len);
+            check_stored(first_offset, next_offset, &b)?;
+            Ok(PartitionEntry::Stored {
+                first_offset,
+                next_offset,
+                batches: b,
+            })
+        }
+        KIND_STORED | KIND_RESTART => Err(bad("stored entry without its offset range")),
         other => Err(bad(&format!("unknown kind {other}"))),
     }
 }
@@ -269,6 +323,23 @@ mod tests {
             decode(encode_stored(5, 9, &[])).expect("an emptied entry"),
             PartitionEntry::Stored { first_offset: 5, next_offset: 9, batches } if batches.is_empty()
         ));
+    }
+
+    #[test]
+    fn a_restart_entry_is_a_stored_entry_carrying_a_state() {
+        let batches = [at(12, 2), at(17, 1)].concat();
+        let e = encode_restart(10, 20, b"{state}", &batches);
+        assert_eq!(stored_range(&e), Some((10, 20)));
+        assert_eq!(restart_state(&e).as_deref(), Some(&b"{state}"[..]));
+        assert!(matches!(
+            decode(e.clone()).expect("decode"),
+            PartitionEntry::Stored { first_offset: 10, next_offset: 20, batches: back } if back == batches
+        ));
+        assert_eq!(restart_state(&encode_stored(10, 20, &batches)), None);
+        // Cut inside the state it declares.
+        let cut = e.slice(..1 + STORED_RANGE_LEN + 4 + 3);
+        assert_eq!(restart_state(&cut), None);
+        assert!(decode(cut).is_err());
     }
 
     #[test]

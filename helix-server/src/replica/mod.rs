@@ -16,6 +16,7 @@ pub mod batch;
 pub mod compaction;
 pub mod entry;
 pub mod internal;
+pub mod internal_drain;
 pub mod internal_queue;
 pub mod learner;
 pub mod links;
@@ -188,7 +189,12 @@ pub fn recover(
     };
     let snapshot = scan::Snapshot::load(dir);
     let acknowledged_hint = snapshot.as_ref().map_or(0, |s| s.acknowledged_offset);
-    let snapshot = snapshot.and_then(|s| s.describes(&log));
+    // A state carried by a log restart, saved before its entry was
+    // reached, is adopted when it is (`state/restart.rs`).
+    let (snapshot, carried) = match snapshot {
+        Some(s) if s.carried_ahead_of(&log) => (None, Some(s)),
+        s => (s.and_then(|s| s.describes(&log)), None),
+    };
     let (mut producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;
     producers.set_expiration(settings.producer_id_expiration_ms);
     producers.trim_aborted(recovery.log_start_offset);
@@ -226,6 +232,7 @@ pub fn recover(
             producers.first_unstable().unwrap_or(i64::MAX),
         ),
         aborted: RwLock::new(producers.aborted().copied().collect()),
+        ongoing: RwLock::new(producers.ongoing()),
         max_timestamp: Mutex::new(max_ts),
         leadership: watch::channel(Leadership::default()).0,
         isr: Mutex::new(Vec::new()),
@@ -237,13 +244,16 @@ pub fn recover(
         verifications: Mutex::new(verification::VerificationGuards::default()),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-    let state = PartitionState::new(
+    let mut state = PartitionState::new(
         dir.to_path_buf(),
         log,
         hard_state_file,
         producers,
         published.clone(),
     );
+    if let Some(s) = carried {
+        state.carry(s);
+    }
     Ok(Recovered {
         group,
         state,
@@ -464,6 +474,32 @@ impl Partition {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .begin(producer_id)
+    }
+
+    /// Whether the applied log holds an open transaction of `producer_id`
+    /// at `epoch` (Kafka's `hasOngoingTransaction`): a batch continuing it
+    /// is appended without asking the coordinator (KIP-890 part 1). Should
+    /// a marker end it before the batch is decided, the batch would open a
+    /// transaction unverified, and the leader refuses it
+    /// (INVALID_TXN_STATE, as Kafka).
+    pub fn in_ongoing_txn(&self, producer_id: i64, epoch: i16) -> bool {
+        self.published
+            .ongoing
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&producer_id)
+            == Some(&epoch)
+    }
+
+    /// How many transactional batches for this replica were verified with
+    /// their coordinator (KIP-890 part 1).
+    #[cfg(test)]
+    pub fn verifications_asked(&self) -> u64 {
+        self.published
+            .verifications
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .asked()
     }
 
     /// The current reader handle (cheap: a clone of an `Arc`).

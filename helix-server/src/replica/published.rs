@@ -1,7 +1,7 @@
 //! What the shard publishes for readers of a replica (the handle, the
 //! host, the Kafka front end): watermark, leadership, ISR, lease and flags.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, RwLock};
 
 use helix_raft::NodeId;
@@ -28,6 +28,10 @@ pub struct Published {
     pub first_unstable: std::sync::atomic::AtomicI64,
     /// The aborted transactions from the log start on, in log order.
     pub aborted: RwLock<VecDeque<AbortedTxn>>,
+    /// The producers with a transaction open in the applied log, with
+    /// their epochs: a later batch of such a transaction needs no
+    /// verification with its coordinator (KIP-890 part 1, `state/txn.rs`).
+    pub ongoing: RwLock<HashMap<i64, i16>>,
     pub max_timestamp: Mutex<MaxTimestamp>,
     pub leadership: watch::Sender<Leadership>,
     /// In-sync replicas while this replica leads (empty otherwise).

@@ -35,13 +35,19 @@ pub struct Snapshot {
     pub index: u64,
     #[serde(default)]
     pub term: u64,
+    /// A leader's state carried by a restart of this replica's log, saved
+    /// before this replica reached the entry it describes: adopted when it
+    /// does (`state/restart.rs`). Any other snapshot ahead of the log is
+    /// stale (the log lost its tail) and never used.
+    #[serde(default)]
+    pub carried: bool,
 }
 
 impl Snapshot {
     /// The snapshot in `dir`, if there is a readable one.
     pub fn load(dir: &Path) -> Option<Snapshot> {
         let text = std::fs::read(dir.join(SNAPSHOT_FILE)).ok()?;
-        match serde_json::from_slice(&text) {
+        match Snapshot::from_bytes(&text) {
             Ok(s) => Some(s),
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "ignoring an unreadable state snapshot");
@@ -61,13 +67,30 @@ impl Snapshot {
         }
     }
 
+    /// The snapshot as bytes: what is saved, and what a log restart
+    /// carries to a follower (`state/restart.rs`).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec(self)
+            .map_err(|e| crate::error::HelixError::CorruptState(format!("snapshot: {e}")))
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Snapshot> {
+        serde_json::from_slice(bytes)
+            .map_err(|e| crate::error::HelixError::CorruptState(format!("snapshot: {e}")))
+    }
+
+    /// Whether it is a state carried by a log restart that `log` has not
+    /// reached yet (`state/restart.rs`).
+    pub fn carried_ahead_of(&self, log: &helix_wal::PartitionLog) -> bool {
+        self.carried && self.index > log.last_position().map_or(0, |p| p.index)
+    }
+
     /// Replaces the snapshot in `dir` atomically and durably (file, then
     /// rename, then directory flushed): taken before records are removed,
     /// it is all that is left of the producer state they carried.
     pub fn save(&self, dir: &Path) -> Result<()> {
         use std::io::Write;
-        let json = serde_json::to_vec(self)
-            .map_err(|e| crate::error::HelixError::CorruptState(format!("snapshot: {e}")))?;
+        let json = self.to_bytes()?;
         let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&json)?;
@@ -194,6 +217,7 @@ mod tests {
             acknowledged_offset: log.next_offset(),
             index: 1,
             term: 1,
+            carried: false,
         }
     }
 
@@ -248,6 +272,37 @@ mod tests {
             scanned.check(&second),
             Ok(SequenceCheck::Duplicate { .. })
         ));
+    }
+
+    /// Only a state carried by a log restart is kept for later when the
+    /// log has not reached it; a snapshot ahead of the log otherwise lost
+    /// the log's tail and is stale.
+    #[test]
+    fn only_a_carried_state_ahead_of_the_log_waits_for_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) =
+            PartitionLog::open(&dir.path().join("wal"), LogConfig::default()).expect("open");
+        append(&mut log, 1, 0, 100);
+        let ahead = Snapshot {
+            covers: 5,
+            index: 4,
+            term: 1,
+            ..Snapshot::default()
+        };
+        assert!(!ahead.carried_ahead_of(&log));
+        let carried = Snapshot {
+            carried: true,
+            ..ahead
+        };
+        assert!(carried.carried_ahead_of(&log));
+        let reached = Snapshot {
+            index: 1,
+            ..carried
+        };
+        assert!(
+            !reached.carried_ahead_of(&log),
+            "reached: an ordinary snapshot"
+        );
     }
 
     /// Producer 5's records removed, then the state rebuilt: with the

@@ -12,6 +12,7 @@ mod compact;
 mod propose;
 mod publish;
 mod restart;
+mod snapshot;
 mod stored;
 mod txn;
 
@@ -65,6 +66,10 @@ pub struct PartitionState {
     /// marker offset). They hold the last stable offset back as if open
     /// (Kafka's `unreplicatedTxns`): the marker may still be cut.
     unreplicated: VecDeque<(i64, i64)>,
+    /// The leader's derived state as of an entry not applied yet, carried
+    /// by a restart of this log (`state/restart.rs`): it replaces what
+    /// was rebuilt from the log once that entry is applied.
+    carried: Option<Snapshot>,
 }
 
 impl PartitionState {
@@ -90,6 +95,7 @@ impl PartitionState {
             applied,
             leadership: Leadership::default(),
             unreplicated: VecDeque::new(),
+            carried: None,
         }
     }
 
@@ -196,8 +202,10 @@ impl PartitionState {
         self.proposed.clear();
         // A snapshot taken beyond the cut no longer describes the log; one
         // at or below it still does, plus the entries after it.
+        // A carried state (saved at a restart) is of an entry every
+        // replica commits: no cut reaches it.
         let snapshot = Snapshot::load(&self.dir).and_then(|s| s.describes(log));
-        if snapshot.is_none() {
+        if snapshot.is_none() && self.carried.is_none() {
             Snapshot::remove(&self.dir);
         }
         self.rebuild_after_cut(after, snapshot)?;
@@ -269,11 +277,13 @@ impl PartitionState {
             };
             m.record(Stage::Apply, started.elapsed());
             self.applied = e.index;
+            self.adopt_carried(e.term, e.index);
             self.proposed.applied(e.index.0);
             let unacked = self.settle(e.index, waiter.map(|(w, _)| w), applying, proposed_at);
             self.push_unacked(unacked);
             last = Some(e.index);
         }
+        self.publish_ongoing();
         Ok(last)
     }
 
@@ -496,33 +506,6 @@ impl PartitionState {
         }
         self.log = Some(log);
         Ok(())
-    }
-
-    /// Saves the derived state as of the log's end, so the next open scans
-    /// only what follows, with the acknowledged offset known now.
-    fn snapshot(&mut self) {
-        let Some(log) = self.log.as_ref() else { return };
-        let Some(at) = log.last_position() else {
-            return;
-        };
-        self.producers.expire();
-        let snapshot = Snapshot {
-            index: at.index,
-            term: at.term,
-            covers: log.next_offset(),
-            producers: std::mem::take(&mut self.producers),
-            max_timestamp: self
-                .published
-                .max_timestamp
-                .lock()
-                .map(|m| *m)
-                .unwrap_or(None),
-            acknowledged_offset: self.published.high_watermark.borrow().0,
-        };
-        if let Err(e) = snapshot.save(&self.dir) {
-            tracing::warn!(error = %e, "saving the state snapshot failed");
-        }
-        self.producers = snapshot.producers;
     }
 
     /// Stops: fails what waits, saves the snapshot, closes the log.

@@ -28,12 +28,22 @@ const MAX_GUARDS: usize = 10_000;
 pub struct VerificationGuards {
     next: u64,
     by_producer: HashMap<i64, u64>,
+    /// Verifications asked of a coordinator for this partition (one per
+    /// batch that needed one): what tests count (operators have the
+    /// node's `txn_verifications` counter).
+    #[cfg(test)]
+    asked: u64,
 }
 
 impl VerificationGuards {
     /// The guard of `producer_id`'s verification: the one under way, or a
     /// new one.
     pub fn begin(&mut self, producer_id: i64) -> u64 {
+        #[cfg(test)]
+        {
+            self.asked += 1;
+        }
+        crate::metrics::Metrics::count(&crate::metrics::metrics().counters.txn_verifications, 1);
         if !self.by_producer.contains_key(&producer_id) && self.by_producer.len() >= MAX_GUARDS {
             self.by_producer.clear();
         }
@@ -48,6 +58,12 @@ impl VerificationGuards {
     /// of `producer_id`.
     pub fn holds(&self, producer_id: i64, guard: Option<u64>) -> bool {
         guard.is_some() && self.by_producer.get(&producer_id).copied() == guard
+    }
+
+    /// How many verifications were asked of a coordinator.
+    #[cfg(test)]
+    pub fn asked(&self) -> u64 {
+        self.asked
     }
 
     /// A marker for `producer_id` was decided: its verification is over.

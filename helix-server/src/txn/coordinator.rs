@@ -17,7 +17,10 @@
 //! acknowledged records since its last snapshot (and at least as many as
 //! it has transactional ids) proposes its whole view as one
 //! [`Record::Snapshot`]; the host deletes the log before it once it is
-//! acknowledged. The decision reads only the coordinator's state.
+//! acknowledged. A snapshot due while proposals are in flight drains the
+//! partition first: later proposals wait behind it
+//! (`replica::internal_drain`, as the group coordinator does). The
+//! decision reads only the coordinator's state.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +32,7 @@ use super::response::{Answer, Effects, MarkerWrite, OnAcknowledged, Proposal, Re
 use super::state::TxnState;
 use super::types::{ProposalId, RequestToken, StatePartition, state_partition_for};
 use crate::config::TxnConfig;
+use crate::replica::internal_drain::SnapshotDrain;
 
 /// One `__transaction_state` partition hosted on this node.
 #[derive(Debug)]
@@ -47,6 +51,10 @@ pub struct HostedPartition {
     pub(super) records_since_snapshot: u64,
     /// A snapshot of this partition is proposed and not yet settled.
     snapshot_in_flight: bool,
+    /// Proposals (numbered, their ids pending) waiting behind a due
+    /// snapshot until those in flight are settled, so a steady stream of
+    /// transactions cannot keep the log from ever being snapshotted.
+    drain: SnapshotDrain<(Proposal, InFlight)>,
 }
 
 impl HostedPartition {
@@ -58,6 +66,7 @@ impl HostedPartition {
             pending: BTreeMap::new(),
             records_since_snapshot: 0,
             snapshot_in_flight: false,
+            drain: SnapshotDrain::default(),
         }
     }
 
@@ -231,9 +240,16 @@ impl Coordinator {
             .filter(|(_, f)| f.partition == partition)
             .map(|(id, _)| *id)
             .collect();
-        self.partitions.remove(&partition);
+        let held = self
+            .partitions
+            .remove(&partition)
+            .map(|mut shard| shard.drain.take_held())
+            .unwrap_or_default();
         for id in failed {
             self.on_proposal_failed(id);
+        }
+        for (_, flight) in held {
+            self.fail_waiter(flight.waiter);
         }
     }
 
@@ -286,46 +302,69 @@ impl Coordinator {
         let Some(flight) = self.in_flight.remove(&id) else {
             return;
         };
-        if let OnAcknowledged::Reply { token, answer } = flight.waiter {
-            let answer = answer.into_failed(TxnError::NotCoordinator);
-            self.ready.replies.push(Reply { token, answer });
-        }
-        let Some(shard) = self.partitions.get_mut(&flight.partition) else {
+        let InFlight {
+            partition,
+            record,
+            waiter,
+        } = flight;
+        self.fail_waiter(waiter);
+        let Some(shard) = self.partitions.get_mut(&partition) else {
             return;
         };
-        match flight.record.transactional_id() {
+        match record.transactional_id() {
             Some(tid) => {
                 if shard.pending.get(tid) == Some(&id) {
                     shard.pending.remove(tid);
                 }
-                self.owe_markers(flight.partition, tid);
+                self.owe_markers(partition, tid);
             }
             // Not written: tried again at the next tick, not at once (the
             // replica may be losing its leadership, failing every append).
             None => shard.snapshot_in_flight = false,
         }
+        // A drain waiting for this proposal ends now.
+        if self
+            .partitions
+            .get(&partition)
+            .is_some_and(|s| s.drain.is_draining())
+        {
+            self.maybe_snapshot(partition);
+        }
+    }
+
+    /// A proposal that will never be acknowledged: whoever waits for it
+    /// is answered NOT_COORDINATOR.
+    fn fail_waiter(&mut self, waiter: OnAcknowledged) {
+        if let OnAcknowledged::Reply { token, answer } = waiter {
+            let answer = answer.into_failed(TxnError::NotCoordinator);
+            self.ready.replies.push(Reply { token, answer });
+        }
     }
 
     /// Proposes `partition`'s view as one snapshot if it
     /// [wants one](HostedPartition::wants_snapshot) and none of its
-    /// proposals is in flight.
+    /// proposals is in flight; if some are, later proposals wait behind
+    /// the snapshot until they are settled. What waited follows it.
     fn maybe_snapshot(&mut self, partition: StatePartition) {
         let threshold = self.config.snapshot_after_records;
+        let busy = self.in_flight.values().any(|f| f.partition == partition);
         let Some(shard) = self.partitions.get_mut(&partition) else {
             return;
         };
-        if !shard.wants_snapshot(threshold)
-            || self.in_flight.values().any(|f| f.partition == partition)
-        {
-            return;
+        let due = shard.wants_snapshot(threshold);
+        let (now, released) = shard.drain.decide(due, busy);
+        if now {
+            shard.snapshot_in_flight = true;
+            let record = Record::Snapshot {
+                transactions: shard.transactions.clone(),
+            };
+            let mut out = Effects::default();
+            out.propose(record, OnAcknowledged::Nothing);
+            self.flush(partition, out);
         }
-        shard.snapshot_in_flight = true;
-        let record = Record::Snapshot {
-            transactions: shard.transactions.clone(),
-        };
-        let mut out = Effects::default();
-        out.propose(record, OnAcknowledged::Nothing);
-        self.flush(partition, out);
+        for (proposal, flight) in released {
+            self.emit(proposal, flight);
+        }
     }
 
     /// Asks for the markers of `transactional_id` if it is in a Prepare
@@ -361,14 +400,12 @@ impl Coordinator {
     }
 
     /// Moves proposals into the ready output, numbering them and marking
-    /// their transactional ids pending.
+    /// their transactional ids pending; a draining partition's wait behind
+    /// its snapshot (pending all the same).
     pub(super) fn flush(&mut self, partition: StatePartition, out: Effects) {
         for pending in out.proposals {
             let Some(shard) = self.partitions.get_mut(&partition) else {
-                if let OnAcknowledged::Reply { token, answer } = pending.waiter {
-                    let answer = answer.into_failed(TxnError::NotCoordinator);
-                    self.ready.replies.push(Reply { token, answer });
-                }
+                self.fail_waiter(pending.waiter);
                 continue;
             };
             self.next_proposal += 1;
@@ -377,21 +414,27 @@ impl Coordinator {
             if let Some(tid) = transactional_id {
                 shard.pending.insert(tid.to_owned(), id);
             }
-            self.ready.proposals.push(Proposal {
+            let proposal = Proposal {
                 id,
                 partition,
                 entry: encode_entry(std::slice::from_ref(&pending.record)),
                 compacts: transactional_id.is_none(),
-            });
-            self.in_flight.insert(
-                id,
-                InFlight {
-                    partition,
-                    record: pending.record,
-                    waiter: pending.waiter,
-                },
-            );
+            };
+            let flight = InFlight {
+                partition,
+                record: pending.record,
+                waiter: pending.waiter,
+            };
+            if let Some((proposal, flight)) = shard.drain.pass((proposal, flight)) {
+                self.emit(proposal, flight);
+            }
         }
+    }
+
+    /// Puts a numbered proposal in the ready output: it is in flight.
+    fn emit(&mut self, proposal: Proposal, flight: InFlight) {
+        self.in_flight.insert(proposal.id, flight);
+        self.ready.proposals.push(proposal);
     }
 
     /// Answers a request at once.

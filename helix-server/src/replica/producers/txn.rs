@@ -75,6 +75,14 @@ impl ProducerTable {
         self.open_txns.first().map(|(first, _)| *first)
     }
 
+    /// The producers with a transaction open, and their epochs.
+    pub fn ongoing(&self) -> HashMap<i64, i16> {
+        self.open_txns
+            .iter()
+            .filter_map(|(_, pid)| self.producers.get(pid).map(|s| (*pid, s.epoch)))
+            .collect()
+    }
+
     /// Whether any transaction is open (cheap: the non-transactional path
     /// asks only this).
     pub fn any_open(&self) -> bool {

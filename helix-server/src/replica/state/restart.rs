@@ -4,11 +4,25 @@
 //! drop its log and start again where the leader's does. Catch-up sends
 //! that first entry as a stored entry, which carries the offset it starts
 //! at: the WAL starts there, its log start too (later DeleteRecords
-//! entries raise it as on the leader), and what is derived from the log
-//! (producers, transactions) is rebuilt from what remains, as after a
-//! truncation.
+//! entries raise it as on the leader).
+//!
+//! What is derived from the log (producers, open transactions, the aborted
+//! index) cannot be rebuilt from what remains: a transaction begun below
+//! the restart point and ended above it would be missing, its abort not
+//! indexed, the last stable offset not held back. So the first entry also
+//! carries the leader's derived state as of the leader's last applied
+//! entry A (`entry::encode_restart`). Until this replica applies A its
+//! state is rebuilt from what it holds, as after a truncation; once A is
+//! applied, the carried state replaces it, and from there on it is the
+//! leader's state plus the same entries: the state of a replica that
+//! applied the whole log. A is committed (the leader applied it), so no
+//! leader may ever hold another entry there, and a replica without it
+//! cannot lead before it has it. The carried state is saved as this
+//! replica's snapshot, so a restart of the process before A keeps it.
 
-use helix_raft::{Entry, LogIndex};
+use bytes::Bytes;
+use helix_raft::{Entry, LogIndex, Term};
+use helix_wal::PartitionLog;
 
 use super::{PartitionState, live};
 use crate::error::{HelixError, Result};
@@ -20,9 +34,8 @@ impl PartitionState {
     /// Empties the WAL so that `entries`, which start at index `at` with
     /// the leader's first held entry, are applied onto it next.
     pub fn restart(&mut self, at: LogIndex, entries: &[Entry]) -> Result<()> {
-        let first_offset = entries
-            .first()
-            .filter(|e| e.index == at)
+        let first = entries.first().filter(|e| e.index == at);
+        let first_offset = first
             .and_then(|e| entry::stored_range(&e.data))
             .map(|(first, _)| first)
             .ok_or_else(|| {
@@ -31,15 +44,101 @@ impl PartitionState {
                     at.0
                 ))
             })?;
+        let carried = first.and_then(|e| carried_by(e, at));
         live(&mut self.log)?.restart_at(first_offset)?;
         self.applied = at.prev();
         self.proposed.clear();
         // A snapshot describes offsets this log no longer holds.
         Snapshot::remove(&self.dir);
+        if let Some(s) = &carried
+            && let Err(e) = s.save(&self.dir)
+        {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "saving the carried state failed");
+        }
+        self.carried = carried;
         self.rebuild_after_cut(LogIndex(0), None)?;
         Metrics::count(&metrics().counters.wal_truncations, 1);
-        tracing::warn!(dir = %self.dir.display(), index = at.0, offset = first_offset, "log started over at the leader's first held entry");
+        tracing::warn!(dir = %self.dir.display(), index = at.0, offset = first_offset, carried_to = self.carried.as_ref().map(|s| s.index), "log started over at the leader's first held entry");
         Ok(())
+    }
+
+    /// A state to adopt once its entry is applied: carried by a restart
+    /// and found at open ahead of the log (the process stopped before it
+    /// got there).
+    pub(crate) fn carry(&mut self, carried: Snapshot) {
+        self.carried = Some(carried);
+    }
+
+    /// After the entry at `index` of `term` is applied: if it is the one
+    /// the carried state describes, that state replaces the one rebuilt
+    /// since the restart. A state that does not fit the log here (another
+    /// term, another end offset: never, unless a bug) is dropped, loudly.
+    pub(super) fn adopt_carried(&mut self, term: Term, index: LogIndex) {
+        let Some(carried) = self.carried.take_if(|s| s.index <= index.0) else {
+            return;
+        };
+        let (log_start, end) = self
+            .log
+            .as_ref()
+            .map_or((-1, -1), |l| (l.log_start_offset(), l.next_offset()));
+        if carried.index != index.0 || carried.term != term.0 || carried.covers != end {
+            tracing::error!(
+                dir = %self.dir.display(),
+                index = index.0,
+                term = term.0,
+                end,
+                carried_index = carried.index,
+                carried_term = carried.term,
+                carried_end = carried.covers,
+                "the carried state does not describe this log; kept the state rebuilt from it"
+            );
+            return;
+        }
+        let mut producers = carried.producers;
+        producers.set_expiration(self.producers.expiration_ms());
+        producers.trim_aborted(log_start);
+        self.producers = producers;
+        if let Ok(mut m) = self.published.max_timestamp.lock() {
+            *m = carried.max_timestamp;
+        }
+        self.publish_txns();
+        tracing::info!(dir = %self.dir.display(), index = index.0, "adopted the state carried by the log restart");
+    }
+
+    /// The derived state to carry with a restart of a follower's log: this
+    /// replica's, as of its last applied entry (`None` without a log).
+    pub fn state_to_carry(&self) -> Option<Bytes> {
+        self.log.as_ref().and_then(PartitionLog::last_position)?;
+        let snapshot = self.derived_state(self.producers.clone());
+        match snapshot.to_bytes() {
+            Ok(bytes) => Some(Bytes::from(bytes)),
+            Err(e) => {
+                tracing::error!(dir = %self.dir.display(), error = %e, "cannot encode the state to carry");
+                None
+            }
+        }
+    }
+}
+
+/// The state the restart entry `first` (at `at`) carries, if it carries
+/// one this replica will reach (at or after `at`). One it cannot read is
+/// ignored: the state is then rebuilt from the log, as before.
+fn carried_by(first: &Entry, at: LogIndex) -> Option<Snapshot> {
+    let bytes = entry::restart_state(&first.data)?;
+    match Snapshot::from_bytes(&bytes) {
+        Ok(s) if s.index >= at.0 => Some(Snapshot { carried: true, ..s }),
+        Ok(s) => {
+            tracing::warn!(
+                index = s.index,
+                at = at.0,
+                "ignoring a carried state from before the restart"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring an unreadable carried state");
+            None
+        }
     }
 }
 
@@ -49,7 +148,8 @@ mod tests {
 
     use crate::offset::Offset;
     use crate::replica::entry;
-    use crate::replica::txn_tests::{apply, open_replica, replica_with_scenario, scenario};
+    use crate::replica::markers::AbortedTxn;
+    use crate::replica::txn_tests::{B, apply, open_replica, replica_with_scenario, scenario};
 
     /// The leader's WAL entry at `index`, as catch-up sends a restart's
     /// first entry (stored, with its offsets).
@@ -67,6 +167,97 @@ mod tests {
             kind: EntryKind::Normal,
             data: entry::encode_stored(held.first_offset, held.next_offset, &held.batches),
         }
+    }
+
+    /// The leader's WAL entry at `index` as the first entry of a restart,
+    /// carrying `state`.
+    fn restart_entry(r: &crate::replica::Recovered, index: u64, state: &[u8]) -> Entry {
+        let held = r
+            .state
+            .entries_from(LogIndex(index))
+            .expect("open")
+            .next_stored()
+            .expect("held")
+            .expect("read");
+        Entry {
+            term: Term(1),
+            index: LogIndex(index),
+            kind: EntryKind::Normal,
+            data: entry::encode_restart(held.first_offset, held.next_offset, state, &held.batches),
+        }
+    }
+
+    fn normal(index: u64, data: bytes::Bytes) -> Entry {
+        Entry {
+            term: Term(1),
+            index: LogIndex(index),
+            kind: EntryKind::Normal,
+            data,
+        }
+    }
+
+    fn aborted(r: &crate::replica::Recovered) -> Vec<AbortedTxn> {
+        r.partition
+            .aborted_transactions(Offset(0), Offset(i64::MAX))
+    }
+
+    /// B's transaction begins at offset 4 (entry 2), below the follower's
+    /// restart at entry 4 (offset 6, B's second batch), and is aborted at
+    /// entry 5 (offset 7). From what it holds the follower would index the
+    /// abort from offset 6; carried the leader's state as of entry 6, it
+    /// indexes it from 4, as the leader does. It stops after entry 5 and
+    /// opens again (the carried state was saved) before it reaches 6.
+    #[test]
+    fn a_restarted_replica_takes_the_transactions_the_leader_carried() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut leader = open_replica(&dir.path().join("leader"));
+        let entries = scenario();
+        for (i, data) in entries.iter().take(6).enumerate() {
+            apply(&mut leader, i as u64 + 1, data.clone());
+        }
+        let carried = leader.state.state_to_carry().expect("a state");
+        apply(&mut leader, 7, entries[6].clone());
+        leader.state.acknowledged(LogIndex(7));
+        let expected = vec![AbortedTxn {
+            producer_id: B,
+            first_offset: 4,
+            last_offset: 7,
+        }];
+        assert_eq!(aborted(&leader), expected);
+
+        let at = dir.path().join("follower");
+        let mut follower = open_replica(&at);
+        let first = restart_entry(&leader, 4, &carried);
+        follower
+            .state
+            .restart(LogIndex(4), std::slice::from_ref(&first))
+            .expect("restart");
+        assert_eq!(follower.partition.log_start_offset(), Offset(6));
+        follower
+            .state
+            .apply(vec![first, normal(5, entries[4].clone())])
+            .expect("apply");
+        follower.state.close();
+        drop(follower);
+
+        let mut follower = open_replica(&at);
+        follower
+            .state
+            .apply(vec![
+                normal(6, entries[5].clone()),
+                normal(7, entries[6].clone()),
+            ])
+            .expect("apply");
+        follower.state.acknowledged(LogIndex(7));
+        assert_eq!(aborted(&follower), expected, "the leader's aborted index");
+        assert_eq!(
+            follower.partition.last_stable_offset(),
+            leader.partition.last_stable_offset()
+        );
+        let read = |r: &crate::replica::Recovered| {
+            r.partition.reader().read(6, 1 << 20).expect("read").bytes
+        };
+        assert_eq!(read(&follower), read(&leader), "the leader's bytes");
     }
 
     /// A follower that applied entries 1-2 (A's and B's transactions open)

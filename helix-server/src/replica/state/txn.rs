@@ -136,9 +136,29 @@ impl PartitionState {
         }
     }
 
+    /// Publishes the producers with a transaction open and their epochs
+    /// (`Partition::in_ongoing_txn`), after entries were applied or the
+    /// table rebuilt. Without transactions, open now or published before:
+    /// one branch and one read.
+    pub(super) fn publish_ongoing(&mut self) {
+        let mut published = self
+            .published
+            .ongoing
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !self.producers.any_open() && published.is_empty() {
+            return;
+        }
+        let now = self.producers.ongoing();
+        if *published != now {
+            *published = now;
+        }
+    }
+
     /// Publishes the whole aborted index again (the table was rebuilt or
     /// trimmed) and the last stable offset.
     pub(super) fn publish_txns(&mut self) {
+        self.publish_ongoing();
         if let Ok(mut aborted) = self.published.aborted.write() {
             *aborted = self.producers.aborted().copied().collect();
         }

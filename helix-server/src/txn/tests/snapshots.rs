@@ -160,3 +160,50 @@ fn a_snapshot_waits_until_the_log_since_the_last_is_as_long_as_the_view() {
     assert_eq!(snapshots_of(&h, partition), 2);
     assert_eq!(live_log(&h.log, partition).len(), 1);
 }
+
+/// Two transactional ids of one partition keep a proposal in flight at
+/// every acknowledgement. A snapshot due then waits for those in flight
+/// and holds later proposals behind it, instead of never being taken.
+#[test]
+fn a_snapshot_due_under_a_stream_of_transactions_holds_later_ones_behind_it() {
+    use crate::txn::request::TxnRequest;
+    let mut h = snapshot_every(1);
+    let partition = h.coordinator.partition_for("id-0");
+    let ids: Vec<String> = (0..1_000)
+        .map(|i| format!("id-{i}"))
+        .filter(|id| h.coordinator.partition_for(id) == partition)
+        .take(2)
+        .collect();
+    let a = h.init(&ids[0], None).expect("init");
+    let b = h.init(&ids[1], None).expect("init");
+    let add = |id: &str, producer, p: i32| {
+        TxnRequest::AddPartitions(Harness::add_request(id, producer, &[("t", p)]))
+    };
+    let before = snapshots_of(&h, partition);
+    h.hold = true;
+    h.send(add(&ids[0], a, 0));
+    h.send(add(&ids[1], b, 1));
+    // The first add acknowledged, the log since the last snapshot is as
+    // long as the view: a snapshot is due, the second add in flight.
+    h.acknowledge_oldest();
+    h.send(add(&ids[0], a, 2));
+    assert_eq!(h.held.len(), 1, "the third add waits behind the snapshot");
+    h.acknowledge_oldest();
+    assert_eq!(h.held.len(), 2);
+    assert!(is_snapshot(&h.held[0].entry), "the snapshot goes first");
+    assert!(!is_snapshot(&h.held[1].entry), "the third add follows it");
+    h.release();
+    assert_eq!(snapshots_of(&h, partition), before + 1);
+    assert_eq!(
+        live_log(&h.log, partition).len(),
+        2,
+        "the snapshot and the third add"
+    );
+    assert_eq!(h.metadata(&ids[0]).partitions.len(), 2);
+    assert_eq!(h.metadata(&ids[1]).partitions.len(), 1);
+    let (fresh, _) = h.replayed();
+    assert_eq!(
+        views(&fresh, h.config.state_partitions),
+        views(&h.coordinator, h.config.state_partitions)
+    );
+}
