@@ -64,9 +64,8 @@ pub fn describe(
     let mut resp = DescribeAclsResponse::default();
     if let Some((code, message)) = refusal(access, Operation::Describe) {
         resp.error_code = code;
-        resp.error_message = message.or_else(|| {
-            (access.is_none()).then(|| text("No Authorizer is configured on the broker"))
-        });
+        // Kafka's words for DescribeAcls.
+        resp.error_message = message.map(|_| text("No Authorizer is configured on the broker"));
         return resp;
     }
     let raw = RawFilter {
