@@ -254,6 +254,28 @@ def test_a_scram_user_produces_and_consumes_only_where_granted(node):
     assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
+def test_transactions_need_write_on_their_transactional_id(node):
+    admin = node.admin()
+    run = uuid.uuid4().hex[:8]
+    topic, tid = f"tx-{run}", f"tid-{run}"
+    create_topic(admin, topic)
+    create_acls(admin, [allow(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+                              "User:alice", AclOperation.WRITE)])
+    config = sasl(node.bootstrap, "alice", **{"transactional.id": tid})
+    refused = Producer(config)
+    with pytest.raises(KafkaException) as e:
+        refused.init_transactions(CALL_TIMEOUT)
+    assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    create_acls(admin, [allow(ResourceType.TRANSACTIONAL_ID, tid, ResourcePatternType.LITERAL,
+                              "User:alice", AclOperation.WRITE)])
+    p = Producer(config)
+    p.init_transactions(CALL_TIMEOUT)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, value=f"t{i}".encode())
+    p.commit_transaction(CALL_TIMEOUT)
+
+
 def kafka_acls(bootstrap: str, config: Path, *args: str) -> str:
     """Runs Kafka 3.9.1's `kafka-acls.sh --bootstrap-server BOOTSTRAP
     --command-config CONFIG ARGS` and returns what it printed."""
