@@ -60,6 +60,9 @@ pub struct Broker {
     pub admin: TopicAdmin,
     /// What the log cleaner last did per partition (`/metrics`).
     pub cleaner_stats: Arc<crate::compact::stats::CleanerStats>,
+    /// The ACL authorizer, when configured (`authorizer`); None allows
+    /// every request (ADR 0028, slice 2).
+    pub authorizer: Option<crate::acl::authorizer::Authorizer>,
 }
 
 impl Broker {
@@ -219,6 +222,7 @@ impl Broker {
         Ok(Arc::new(Broker {
             admin: TopicAdmin::new(&config, cluster.clone(), controller.clone(), topics.clone()),
             cleaner_stats: Arc::default(),
+            authorizer: crate::acl::authorizer::Authorizer::from_config(&config.authorizer),
             producer_ids,
             backpressure,
             request_budget: crate::budget::RequestBudget::new(config.queued_max_request_bytes),

@@ -1,6 +1,7 @@
 //! `helix-server`: the Helix broker binary. With no flags it serves Kafka on
 //! 127.0.0.1:9092 as node 1 with data in `./helix-data`.
 
+mod acl;
 mod admin;
 mod batcher;
 mod broker;

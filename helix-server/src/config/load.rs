@@ -34,6 +34,9 @@ struct FileConfig {
     sasl_enabled_mechanisms: Option<String>,
     sasl_users_file: Option<PathBuf>,
     connection_failed_authentication_delay_ms: Option<u64>,
+    authorizer: Option<String>,
+    super_users: Option<String>,
+    allow_everyone_if_no_acl_found: Option<bool>,
     data_dir: Option<PathBuf>,
     write_durability: Option<WriteDurability>,
     log_level: Option<String>,
@@ -344,6 +347,18 @@ impl Config {
             .or(file.connection_failed_authentication_delay_ms)
         {
             c.sasl.failed_authentication_delay = Duration::from_millis(ms);
+        }
+        if let Some(name) = flags.authorizer.or(file.authorizer) {
+            c.authorizer.set_authorizer(&name)?;
+        }
+        if let Some(text) = flags.super_users.or(file.super_users) {
+            c.authorizer.set_super_users(&text)?;
+        }
+        if let Some(v) = flags
+            .allow_everyone_if_no_acl_found
+            .or(file.allow_everyone_if_no_acl_found)
+        {
+            c.authorizer.allow_everyone_if_no_acl_found = v;
         }
         c.validate()?;
         Ok(c)

@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use serde::Deserialize;
 
+mod authorizer;
 mod cleaner;
 mod groups;
 mod identity;
@@ -18,6 +19,7 @@ pub mod listeners;
 mod load;
 pub mod members;
 mod transactions;
+pub use authorizer::AuthorizerConfig;
 pub use cleaner::{CleanerConfig, CleanupPolicy};
 pub use groups::GroupConfig;
 pub use listeners::{
@@ -165,6 +167,17 @@ pub struct Flags {
     /// Kafka's `connection.failed.authentication.delay.ms`.
     #[arg(long)]
     pub connection_failed_authentication_delay_ms: Option<u64>,
+    /// Kafka's `authorizer.class.name`: `standard` (or Kafka's
+    /// StandardAuthorizer / AclAuthorizer class name) enforces ACLs;
+    /// `none` (default) allows every request.
+    #[arg(long, alias = "authorizer-class-name")]
+    pub authorizer: Option<String>,
+    /// Kafka's `super.users`: `User:admin;User:other`.
+    #[arg(long)]
+    pub super_users: Option<String>,
+    /// Kafka's `allow.everyone.if.no.acl.found` (default false).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_everyone_if_no_acl_found: Option<bool>,
     /// Directory holding every log and the controller state.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -400,6 +413,8 @@ pub struct Config {
     pub peer_tls: Option<PeerTlsConfig>,
     /// The `SASL_*` listeners' SASL settings.
     pub sasl: SaslConfig,
+    /// The authorizer and its ACL settings (ADR 0028, slice 2).
+    pub authorizer: AuthorizerConfig,
     /// Data directory (default `./helix-data`).
     pub data_dir: PathBuf,
     /// Default `replication-only`.
@@ -504,6 +519,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             peer_tls: None,
             sasl: SaslConfig::default(),
+            authorizer: AuthorizerConfig::default(),
             data_dir: PathBuf::from("./helix-data"),
             write_durability: WriteDurability::ReplicationOnly,
             log_level: None,

@@ -8,6 +8,7 @@
 //! again (commands proposed concurrently may conflict) and is deterministic,
 //! so every node's view is the same at the same log position.
 
+pub mod acls;
 pub mod applier;
 pub mod forward;
 pub mod message_format;
@@ -66,6 +67,14 @@ pub enum Command {
     },
     /// Takes the next block of producer ids; its start is the outcome.
     AllocateProducerIdBlock,
+    /// Adds ACL bindings; one already kept stays as it is ([`acls`]).
+    CreateAcls {
+        bindings: Vec<crate::acl::AclBinding>,
+    },
+    /// Removes ACL bindings: those DeleteAcls' filters selected.
+    DeleteAcls {
+        bindings: Vec<crate::acl::AclBinding>,
+    },
 }
 
 impl Command {
@@ -76,7 +85,10 @@ impl Command {
             | Command::DeleteTopic { name }
             | Command::CreatePartitions { name, .. }
             | Command::SetTopicConfigs { name, .. } => Some(name),
-            Command::AllocateProducerIds { .. } | Command::AllocateProducerIdBlock => None,
+            Command::AllocateProducerIds { .. }
+            | Command::AllocateProducerIdBlock
+            | Command::CreateAcls { .. }
+            | Command::DeleteAcls { .. } => None,
         }
     }
 }
@@ -112,6 +124,9 @@ pub struct ControllerView {
     pub topics: BTreeMap<String, TopicRecord>,
     /// First producer id not yet handed out in any block.
     pub producer_ids_end: i64,
+    /// Every ACL binding; shared so a request's authorization reads a
+    /// snapshot without holding the view ([`acls`]).
+    pub acls: std::sync::Arc<crate::acl::AclTable>,
 }
 
 impl ControllerView {
@@ -173,6 +188,8 @@ impl ControllerView {
                 Ok(())
             }
             Command::AllocateProducerIdBlock => Ok(()),
+            Command::CreateAcls { bindings } => self.validate_create_acls(bindings),
+            Command::DeleteAcls { .. } => Ok(()),
         }
     }
 
@@ -230,6 +247,8 @@ impl ControllerView {
                 self.producer_ids_end = start + PRODUCER_ID_BLOCK;
                 return Ok(Outcome::ProducerIdBlock { start });
             }
+            Command::CreateAcls { bindings } => self.create_acls(&bindings)?,
+            Command::DeleteAcls { bindings } => self.delete_acls(&bindings),
         }
         Ok(Outcome::Done)
     }

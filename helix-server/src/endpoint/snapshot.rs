@@ -113,7 +113,7 @@ fn produce_path(f: &mut Families) {
 
 fn counters(f: &mut Families) {
     let c = &metrics().counters;
-    let counters: [(&'static str, &'static str, &AtomicU64); 22] = [
+    let counters: [(&'static str, &'static str, &AtomicU64); 24] = [
         (
             "produce_bytes",
             "Record batch bytes in Produce requests",
@@ -143,6 +143,16 @@ fn counters(f: &mut Families) {
             "sasl_authentication_failures",
             "SASL authentications refused",
             &c.sasl_authentication_failures,
+        ),
+        (
+            "authorizer_allowed",
+            "Authorizer decisions that allowed an action",
+            &c.authorizer_allowed,
+        ),
+        (
+            "authorizer_denied",
+            "Authorizer decisions that denied an action",
+            &c.authorizer_denied,
         ),
         (
             "network_received_bytes",

@@ -37,6 +37,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
+    // Served with or without an authorizer (without: SECURITY_DISABLED),
+    // as Kafka 3.9 advertises them; v0 (deprecated in 3.9, removed by
+    // KIP-896) is not decoded by kafka-protocol 0.18.
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
     (
         ApiKey::DescribeProducers,
         DESCRIBE_PRODUCERS_VERSIONS.0,

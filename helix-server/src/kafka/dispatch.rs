@@ -19,13 +19,14 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Decodable;
 
+use super::authorize::{Access, Checked, Merge};
 use super::context::{Administering, Partitions, Producing, Routing};
 use super::sasl::Step;
 use super::segmented::{self, Frame, encode};
 use super::session::{Listener, Session};
 use super::{
-    api_versions, configs, describe_cluster, fetch, list_offsets, metadata, produce,
-    producer_state, records, topics,
+    acls, api_versions, authorize, configs, describe_cluster, fetch, list_offsets, metadata,
+    produce, producer_state, records, topics,
 };
 use crate::broker::Broker;
 use crate::error::Result;
@@ -105,8 +106,9 @@ pub async fn start(
 /// it. The steps, in order: the header and the version checks
 /// ([`read_header`]), the authentication gate ([`check_authenticated`]),
 /// the reachability gate ([`check_reachable`]), the body
-/// ([`decode_body`]), then the SASL exchange ([`sasl_step`]) or the API's
-/// handler ([`route`]).
+/// ([`decode_body`]), then the SASL exchange ([`sasl_step`]), or the
+/// ACLs ([`authorize::check`], when an authorizer is configured) and the
+/// API's handler ([`route`]).
 pub async fn start_from(
     broker: &Arc<Broker>,
     frame: Bytes,
@@ -128,7 +130,18 @@ pub async fn start_from(
     {
         request.listener = Some((broker.config.node_id, session.listener.clone()));
     }
-    route(broker, request, kind, session.peer, sasl_listener).await
+    let access = Access::of(broker, session.principal.as_deref(), session.peer);
+    let kind = match &access {
+        None => kind,
+        Some(a) => match authorize::check(a, request.version, kind) {
+            Checked::Pass(kind, merge) => {
+                request.merge = std::sync::Mutex::new(merge);
+                kind
+            }
+            Checked::Refused(body) => return Ok(Box::pin(async move { request.respond(body) })),
+        },
+    };
+    route(broker, request, kind, session.peer, sasl_listener, access).await
 }
 
 /// A bare SASL token after SaslHandshake v0: its reply token as a bare
@@ -232,11 +245,15 @@ struct Request {
     /// are not the nodes' primary ones: answers that name brokers name
     /// them by the listener's addresses ([`Listener::name_nodes_in`]).
     listener: Option<(i32, Arc<Listener>)>,
+    /// The authorizer's error entries (or filter) for the answer
+    /// ([`authorize::check`]); taken by the one `respond`.
+    merge: std::sync::Mutex<Option<Merge>>,
 }
 
 impl Request {
     /// Encodes `body` as this request's answer, counting its error codes.
     fn respond(&self, mut body: ResponseKind) -> Result<Option<Frame>> {
+        self.apply_merge(&mut body);
         if let Some((me, listener)) = &self.listener {
             listener.name_nodes_in(&mut body, *me);
         }
@@ -248,6 +265,13 @@ impl Request {
     /// The answer `body` will give, encoded when it is ready.
     fn answer(self, body: impl Future<Output = ResponseKind> + Send + 'static) -> PendingResponse {
         Box::pin(async move { self.respond(body.await) })
+    }
+
+    fn apply_merge(&self, body: &mut ResponseKind) {
+        let merge = self.merge.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(merge) = merge {
+            merge(body);
+        }
     }
 
     fn client_id(&self) -> String {
@@ -300,6 +324,7 @@ fn read_header(mut frame: Bytes, sasl_listener: bool) -> std::result::Result<Hea
             version,
             header,
             listener: None,
+            merge: std::sync::Mutex::new(None),
         },
         frame,
     ))
@@ -333,6 +358,7 @@ async fn route(
     kind: RequestKind,
     peer: Option<std::net::IpAddr>,
     sasl_listener: bool,
+    access: Option<Access>,
 ) -> std::result::Result<PendingResponse, Close> {
     let b = broker.clone();
     let v = r.version;
@@ -425,6 +451,17 @@ async fn route(
             ))
         }),
         RequestKind::OffsetCommit(req) => offset_commit(&b, r, req, peer)?,
+        RequestKind::DescribeAcls(req) => {
+            r.answer(
+                async move { ResponseKind::DescribeAcls(acls::describe(&b, access.as_ref(), req)) },
+            )
+        }
+        RequestKind::CreateAcls(req) => r.answer(async move {
+            ResponseKind::CreateAcls(acls::create(&b, access.as_ref(), req).await)
+        }),
+        RequestKind::DeleteAcls(req) => r.answer(async move {
+            ResponseKind::DeleteAcls(acls::delete(&b, access.as_ref(), req).await)
+        }),
         other => group_call(b.groups.clone(), r, other, peer)?,
     })
 }
@@ -433,7 +470,14 @@ async fn route(
 /// a response body; its error codes are counted here.
 fn fetch_answer(b: Arc<Broker>, r: Request, req: FetchRequest) -> PendingResponse {
     Box::pin(async move {
-        let resp = fetch::handle(Partitions::of(&b), req, r.version).await;
+        let mut answer =
+            ResponseKind::Fetch(fetch::handle(Partitions::of(&b), req, r.version).await);
+        r.apply_merge(&mut answer);
+        let ResponseKind::Fetch(resp) = answer else {
+            return Err(crate::error::HelixError::CorruptState(
+                "a fetch answer merged into another kind".into(),
+            ));
+        };
         crate::metrics::metrics().requests.fetch_answered(
             std::iter::once(resp.error_code).chain(
                 resp.responses

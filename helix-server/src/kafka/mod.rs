@@ -1,8 +1,10 @@
 //! The Kafka front end: framing, the connection loop, dispatch, and one
 //! module per API family. All wire codecs come from `kafka-protocol`.
 
+pub mod acls;
 pub mod admission;
 pub mod api_versions;
+pub mod authorize;
 pub mod configs;
 pub mod connection;
 pub mod context;
@@ -25,6 +27,8 @@ pub mod session;
 pub mod tls;
 pub mod topics;
 
+#[cfg(test)]
+mod acls_tests;
 #[cfg(test)]
 pub(crate) mod producer_state_tests;
 #[cfg(test)]

@@ -94,6 +94,10 @@ pub struct Counters {
     /// SASL authentications refused (wrong password, unknown user, bad
     /// exchange).
     pub sasl_authentication_failures: AtomicU64,
+    /// Authorizer decisions that allowed an action (ADR 0028, slice 2).
+    pub authorizer_allowed: AtomicU64,
+    /// Authorizer decisions that denied an action.
+    pub authorizer_denied: AtomicU64,
     /// Request bytes read from clients (frames with their length prefix).
     pub bytes_in: AtomicU64,
     /// Response bytes written to clients.
