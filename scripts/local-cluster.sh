@@ -14,7 +14,8 @@
 #
 # --secure: the client listener of every node is SASL_SSL (SCRAM-SHA-512,
 # also SCRAM-SHA-256 and PLAIN) with a certificate from a CA generated for
-# the cluster (openssl), one user `admin` with a random password; the nodes
+# the cluster (openssl), one user `admin` with a random password, ACLs
+# enforced with `admin` as the one super user; the nodes
 # talk to each other over mutual TLS with the same CA. Written
 # into D/secure/: ca.pem (the CA certificate), client.properties (librdkafka's
 # names: `kcat -F D/secure/client.properties`, confluent-kafka) and
@@ -108,7 +109,8 @@ secure_flags() {
     --ssl-keystore-location "$dir/node$i-keystore.pem" \
     --ssl-truststore-location "$dir/ca.pem" \
     --sasl-users-file "$dir/users.toml" \
-    --sasl-enabled-mechanisms SCRAM-SHA-512,SCRAM-SHA-256,PLAIN
+    --sasl-enabled-mechanisms SCRAM-SHA-512,SCRAM-SHA-256,PLAIN \
+    --authorizer standard --super-users User:admin
   if ((nodes > 1)); then
     printf '%s\n' --peer-ssl-keystore-location "$dir/node$i-keystore.pem" \
       --peer-ssl-truststore-location "$dir/ca.pem"

@@ -6,7 +6,8 @@ The property files are used exactly as the README tells a user to: kcat
 with `-F client.properties`, confluent-kafka with the same file's
 properties, and Kafka 3.9.1's own `kafka-topics.sh` (TopicCommand) with
 `--command-config java-client.properties`. A client without SASL or
-without TLS is refused; the admin password is in no node's log."""
+without TLS is refused; the admin password is in no node's log; ACLs are
+enforced and `admin` manages them with kafka-acls.sh."""
 
 from __future__ import annotations
 
@@ -172,3 +173,19 @@ def test_kafka_tools_use_java_client_properties(cluster):
                            "--bootstrap-server", f"127.0.0.1:{base}", "--command-config", conf, "--list")
     assert listed.returncode == 0, listed.stderr.decode()
     assert topic in listed.stdout.decode().split()
+
+
+def test_acls_are_enforced_and_admin_manages_them(cluster):
+    """The cluster runs the authorizer with `admin` as super user: Kafka's
+    kafka-acls.sh adds and lists a binding (a broker without an authorizer
+    answers SECURITY_DISABLED to it)."""
+    data, base, _ = cluster
+    conf = str(data / "secure" / "java-client.properties")
+    libs = javalibs.maven_libs("kafka_2.13", "3.9.1")
+    common = ["--bootstrap-server", f"127.0.0.1:{base}", "--command-config", conf]
+    added = javalibs.java(f"{libs}/*", "kafka.admin.AclCommand", *common, "--add",
+                          "--allow-principal", "User:bob", "--operation", "Read", "--topic", "bobs-topic")
+    assert added.returncode == 0, added.stdout.decode() + added.stderr.decode()
+    listed = javalibs.java(f"{libs}/*", "kafka.admin.AclCommand", *common, "--list", "--topic", "bobs-topic")
+    assert listed.returncode == 0, listed.stderr.decode()
+    assert "User:bob" in listed.stdout.decode() and "READ" in listed.stdout.decode()
