@@ -34,6 +34,12 @@ pub struct StatusAnswer {
     /// answers from nodes older than the field: they always had checked.)
     #[serde(default = "checked_by_default")]
     pub boot_checked: bool,
+    /// It formed a new cluster counting the asker among the majority that
+    /// had not formed: the asker had not taken part then, and has sent
+    /// nothing since (it has not formed), so it is as new as the cluster.
+    /// Absent in answers from older nodes.
+    #[serde(default)]
+    pub formed_with_you: bool,
 }
 
 fn checked_by_default() -> bool {
@@ -57,6 +63,10 @@ pub enum Start {
 /// (`None`: no answer yet).
 ///
 /// - A peer that has seen this node means it took part: rejoin.
+/// - A peer that formed the cluster counting this node among its
+///   not-formed majority: a new cluster, this node one of its founders
+///   (without this, the founder that decided second waited for every
+///   other peer, for ever if one of them could not answer).
 /// - A majority of the nodes (itself included) not formed: a new cluster
 ///   (or a majority lost at once, which no replicated system survives).
 /// - Every peer answered and none has seen it: it never took part (a new
@@ -65,6 +75,13 @@ pub enum Start {
 pub fn decide(nodes: usize, answers: &[Option<StatusAnswer>]) -> Start {
     if answers.iter().flatten().any(|a| a.formed && a.seen_you) {
         return Start::Rejoin;
+    }
+    if answers
+        .iter()
+        .flatten()
+        .any(|a| a.formed && a.formed_with_you)
+    {
+        return Start::Fresh;
     }
     let not_formed = 1 + answers.iter().flatten().filter(|a| !a.formed).count();
     if not_formed > nodes / 2 || answers.iter().all(Option::is_some) {
@@ -169,18 +186,21 @@ mod tests {
         seen_you: false,
         page_cache_lost: false,
         boot_checked: true,
+        formed_with_you: false,
     });
     const FORMED: Option<StatusAnswer> = Some(StatusAnswer {
         formed: true,
         seen_you: false,
         page_cache_lost: false,
         boot_checked: true,
+        formed_with_you: false,
     });
     const SAW_ME: Option<StatusAnswer> = Some(StatusAnswer {
         formed: true,
         seen_you: true,
         page_cache_lost: false,
         boot_checked: true,
+        formed_with_you: false,
     });
 
     #[test]
@@ -200,6 +220,24 @@ mod tests {
             decide(5, &[NOT_FORMED, NOT_FORMED, FORMED, None]),
             Start::Fresh
         );
+    }
+
+    #[test]
+    fn a_founder_that_decides_second_starts_even_with_a_peer_down() {
+        // Node 1 formed on node 2's "not formed"; node 2 asks again and
+        // node 3 never answers: node 1's answer alone settles it.
+        let formed_with_me = Some(StatusAnswer {
+            formed_with_you: true,
+            ..FORMED.expect("an answer")
+        });
+        assert_eq!(decide(3, &[formed_with_me, None]), Start::Fresh);
+        assert_eq!(decide(5, &[formed_with_me, None, None, None]), Start::Fresh);
+        // Having been seen still wins: the node took part.
+        let both = Some(StatusAnswer {
+            seen_you: true,
+            ..formed_with_me.expect("an answer")
+        });
+        assert_eq!(decide(3, &[both, None]), Start::Rejoin);
     }
 
     #[test]

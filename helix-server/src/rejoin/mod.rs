@@ -76,6 +76,10 @@ pub struct Standing {
     page_cache_learners: Mutex<Vec<PathBuf>>,
     witnesses: Witnesses,
     identity: Mutex<Option<NodeIdentity>>,
+    /// The peers whose "not formed" answers this node counted when it
+    /// formed a new cluster (this process only: after a restart a founder
+    /// still deciding waits for every peer, as before).
+    formed_with: Mutex<BTreeSet<NodeId>>,
 }
 
 impl Standing {
@@ -92,6 +96,7 @@ impl Standing {
             page_cache_learners: Mutex::new(Vec::new()),
             witnesses: Witnesses::open(data_dir)?,
             identity: Mutex::new(None),
+            formed_with: Mutex::new(BTreeSet::new()),
         }))
     }
 
@@ -116,6 +121,11 @@ impl Standing {
             seen_you: self.witnesses.has_seen(from),
             page_cache_lost,
             boot_checked: self.boot_checked.load(Ordering::Acquire),
+            formed_with_you: formed
+                && self
+                    .formed_with
+                    .lock()
+                    .is_ok_and(|peers| peers.contains(&from)),
         }
     }
 
@@ -292,7 +302,7 @@ pub async fn establish(
         None if predates => Membership::Member,
         None => match link {
             None => Membership::Member,
-            Some(link) => ask_formation(link, me, peers).await,
+            Some(link) => ask_formation(link, me, peers, standing).await,
         },
     };
     if lost {
@@ -355,13 +365,29 @@ async fn ask_all(link: &dyn PeerLink, peers: &[NodeId]) -> Vec<Option<StatusAnsw
 }
 
 /// Asks until [`formation::decide`] can tell; `Member` for a fresh start.
-async fn ask_formation(link: &dyn PeerLink, me: NodeId, peers: &[NodeId]) -> Membership {
+async fn ask_formation(
+    link: &dyn PeerLink,
+    me: NodeId,
+    peers: &[NodeId],
+    standing: &Standing,
+) -> Membership {
     let nodes = peers.len() + 1;
     let mut rounds = 0u32;
     loop {
         let answers = ask_all(link, peers).await;
         match formation::decide(nodes, &answers) {
             Start::Fresh => {
+                // Before this node says it formed: the peers that had not
+                // formed are its co-founders (see `StatusAnswer`).
+                if let Ok(mut with) = standing.formed_with.lock() {
+                    with.extend(
+                        peers
+                            .iter()
+                            .zip(&answers)
+                            .filter(|(_, a)| a.is_some_and(|a| !a.formed))
+                            .map(|(p, _)| *p),
+                    );
+                }
                 tracing::info!(
                     node = me.0,
                     "no identity file and no peer has seen this node take part: it starts as a new member"
