@@ -219,6 +219,33 @@ def test_tombstones_go_after_delete_retention_ms(compacting_broker, topic):
     assert kept == {k: w for k, w in want.items() if k not in KEYS[:4]}
 
 
+def test_tombstones_go_after_a_restart_without_new_writes(compacting_broker, topic):
+    """A pass keeps tombstones with a delete horizon; the broker restarts;
+    the horizon passes with nothing written: the tombstones go all the
+    same (the horizon the pass kept outlives the process)."""
+    b = compacting_broker
+    if b.kind != "helix":
+        pytest.skip("restarts the suite's Helix broker")
+    clients.create_topic(b.bootstrap, topic, 1, config={**COMPACTED, "delete.retention.ms": "8000"})
+    records = rounds(3, "v") + [(k, None) for k in KEYS[:4]]
+    offsets = write(b.bootstrap, topic, records)
+    want = latest(records, offsets)
+    write(b.bootstrap, topic, filler(60))
+    seen = wait_compacted(b.bootstrap, topic, KEYS)
+    assert {k: (o, v) for o, k, v in seen if k in want} == want
+    b.restart()
+    deadline = time.monotonic() + CLEAN_DEADLINE_S
+    while True:
+        seen = read_all(b.bootstrap, topic)
+        tombstones = [k for _, k, v in seen if k in KEYS[:4]]
+        if not tombstones:
+            break
+        assert time.monotonic() < deadline, f"tombstones still there after the restart: {tombstones}"
+        time.sleep(1)
+    kept = {k: (o, v) for o, k, v in seen if k in want}
+    assert kept == {k: w for k, w in want.items() if k not in KEYS[:4]}
+
+
 def test_a_keyless_record_is_refused_on_a_compacted_topic(compacting_broker, topic):
     b = compacting_broker
     clients.create_topic(b.bootstrap, topic, 1, config=COMPACTED)
