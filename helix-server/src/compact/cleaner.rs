@@ -175,6 +175,7 @@ pub async fn run(
             let pass_settings = PassSettings {
                 dedupe_buffer_bytes: share,
                 load_factor: settings.io_buffer_load_factor,
+                write_buffer_bytes: settings.io_buffer_size / settings.threads.max(1) / 2,
                 delete_retention_ms: target.delete_retention_ms,
                 now_ms,
                 horizon_passed: horizon_passes,
