@@ -219,6 +219,72 @@ def test_tombstones_go_after_delete_retention_ms(compacting_broker, topic):
     assert kept == {k: w for k, w in want.items() if k not in KEYS[:4]}
 
 
+def test_tombstones_go_after_a_restart_without_new_writes(compacting_broker, topic):
+    """A pass keeps tombstones with a delete horizon; the broker restarts;
+    the horizon passes with nothing written: the tombstones go all the
+    same (the horizon the pass kept outlives the process)."""
+    b = compacting_broker
+    if b.kind != "helix":
+        pytest.skip("restarts the suite's Helix broker")
+    clients.create_topic(b.bootstrap, topic, 1, config={**COMPACTED, "delete.retention.ms": "8000"})
+    records = rounds(3, "v") + [(k, None) for k in KEYS[:4]]
+    offsets = write(b.bootstrap, topic, records)
+    want = latest(records, offsets)
+    write(b.bootstrap, topic, filler(60))
+    seen = wait_compacted(b.bootstrap, topic, KEYS)
+    assert {k: (o, v) for o, k, v in seen if k in want} == want
+    b.restart()
+    deadline = time.monotonic() + CLEAN_DEADLINE_S
+    while True:
+        seen = read_all(b.bootstrap, topic)
+        tombstones = [k for _, k, v in seen if k in KEYS[:4]]
+        if not tombstones:
+            break
+        assert time.monotonic() < deadline, f"tombstones still there after the restart: {tombstones}"
+        time.sleep(1)
+    kept = {k: (o, v) for o, k, v in seen if k in want}
+    assert kept == {k: w for k, w in want.items() if k not in KEYS[:4]}
+
+
+def test_several_partitions_cleaned_at_once_each_keep_their_latest_values(tmp_path, topic):
+    """log.cleaner.threads=3 with four topics made compacted at once: the
+    cleaner takes three in one round, then the fourth; each ends with its
+    own latest value per key. A small log.cleaner.io.buffer.size (write
+    buffers of 4096 / 3 / 2 bytes, smaller than most entries) changes no
+    byte that is read."""
+    if harness.external_bootstrap() or os.environ.get("HELIX_TEST_KAFKA_LIBS"):
+        pytest.skip("starts a Helix broker with its own cleaner flags")
+    b = harness.HelixBroker(harness.helix_binary(), tmp_path / "broker",
+                            ["--log-cleaner-backoff-ms", "200", "--log-cleaner-threads", "3",
+                             "--log-cleaner-io-buffer-size", "4096"])
+    b.start()
+    try:
+        names = [f"{topic}-{i}" for i in range(4)]
+        wants = {}
+        for i, name in enumerate(names):
+            clients.create_topic(b.bootstrap, name, 1, config={**COMPACTED, "cleanup.policy": "delete"})
+            records = rounds(5, f"t{i}") + [(KEYS[i], None)]
+            wants[name] = latest(records, write(b.bootstrap, name, records))
+            write(b.bootstrap, name, filler(60))
+        a = clients.admin(b.bootstrap)
+        for fut in a.alter_configs([ConfigResource("TOPIC", n, set_config=COMPACTED) for n in names],
+                                   request_timeout=30).values():
+            fut.result(timeout=30)
+        for name in names:
+            seen = wait_compacted(b.bootstrap, name, KEYS)
+            assert {k: (o, v) for o, k, v in seen if k in wants[name]} == wants[name], name
+        text = b.log.read_text(errors="replace")
+        assert "log cleaning failed" not in text
+        from test_operations import scrape, value
+        samples = scrape(b.metrics_port)
+        assert value(samples, "helix_uncleanable_partitions") == 0
+        for name in names:
+            labels = {"topic": name, "partition": "0"}
+            assert value(samples, "helix_compaction_partition_bytes_reclaimed_total", **labels) > 0, name
+    finally:
+        b.stop()
+
+
 def test_a_keyless_record_is_refused_on_a_compacted_topic(compacting_broker, topic):
     b = compacting_broker
     clients.create_topic(b.bootstrap, topic, 1, config=COMPACTED)

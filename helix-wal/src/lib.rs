@@ -43,7 +43,10 @@ pub use compaction::{SwapIntent, commit_swap, discard_cleaned};
 pub use config::{Durability, LogConfig, MAX_SEGMENT_BYTES};
 pub use error::{Result, WalError};
 pub use log::PartitionLog;
-pub use meta::{read_cleaner_checkpoint, write_cleaner_checkpoint};
+pub use meta::{
+    KeptHorizon, read_cleaner_checkpoint, read_cleaner_horizon, write_cleaner_checkpoint,
+    write_cleaner_horizon,
+};
 pub use positions::EntryStream;
 pub use reader::LogReader;
 pub use retention::RetentionOutcome;

@@ -1,6 +1,7 @@
 //! Small metadata files of a log directory, each one checksummed record:
 //! the recovery checkpoint, the log start offset, the DeleteRecords entries
-//! kept for catch-up, and the truncation intent.
+//! kept for catch-up, the truncation intent, and the cleaner's checkpoint
+//! and kept delete horizon.
 //!
 //! A record is `magic (4) | payload | crc32fast(magic | payload) (4)`. A file
 //! that is missing, short, or fails its checksum reads as absent, so a torn
@@ -19,12 +20,14 @@ pub const LOG_START: &str = "log-start-offset";
 pub const TRUNCATE_INTENT: &str = "truncate-intent";
 pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
 pub const DELETE_RECORDS_ENTRIES: &str = "delete-records-entries";
+pub const CLEANER_HORIZON: &str = "cleaner-delete-horizon";
 
 const CHECKPOINT_MAGIC: &[u8; 4] = b"HXCP";
 const LOG_START_MAGIC: &[u8; 4] = b"HXLS";
 const INTENT_MAGIC: &[u8; 4] = b"HXTI";
 const CLEANER_MAGIC: &[u8; 4] = b"HXCC";
 const DELETE_RECORDS_MAGIC: &[u8; 4] = b"HXDR";
+const CLEANER_HORIZON_MAGIC: &[u8; 4] = b"HXCH";
 
 pub(crate) fn encode(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
     let mut b = Vec::with_capacity(8 + fields.len() * 8);
@@ -230,6 +233,48 @@ pub fn write_cleaner_checkpoint(dir: &Path, offset: i64) -> Result<()> {
     )
 }
 
+/// What the cleaner's last pass left behind in the cleaned segments
+/// (ADR 0027 §6): the latest delete horizon of the tombstones and markers
+/// it kept, so that they go once it passes even if nothing is written
+/// after a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeptHorizon {
+    /// No file, or a damaged one: the cleaned segments may hold anything
+    /// (a pass must look; it decides from each batch's own horizon, so
+    /// not knowing only costs a pass, never a wrong deletion).
+    Unknown,
+    /// The last pass kept nothing with a horizon still ahead.
+    Nothing,
+    /// The latest horizon kept, wall-clock ms.
+    At(i64),
+}
+
+pub fn read_cleaner_horizon(dir: &Path) -> Result<KeptHorizon> {
+    Ok(read(&dir.join(CLEANER_HORIZON))?
+        .and_then(|raw| decode(CLEANER_HORIZON_MAGIC, &raw, 2))
+        .map_or(KeptHorizon::Unknown, |f| match f[0] {
+            0 => KeptHorizon::Nothing,
+            _ => KeptHorizon::At(f[1] as i64),
+        }))
+}
+
+/// Written durably (temporary file, fsync, rename, fsync of the
+/// directory) after a pass's swaps; a crash before leaves the previous
+/// file, whose horizon then either is early (a pass that finds nothing
+/// due) or late (those tombstones wait for the next pass), never wrong.
+pub fn write_cleaner_horizon(dir: &Path, kept: KeptHorizon) -> Result<()> {
+    let fields = match kept {
+        KeptHorizon::Unknown => return remove(dir, CLEANER_HORIZON).and_then(|()| sync_dir(dir)),
+        KeptHorizon::Nothing => [0, 0],
+        KeptHorizon::At(at) => [1, at as u64],
+    };
+    write_durably(
+        dir,
+        CLEANER_HORIZON,
+        &encode(CLEANER_HORIZON_MAGIC, &fields),
+    )
+}
+
 /// A truncation that must be completed: keep segment `segment_base` up to
 /// `position` bytes and `entry_count` entries, delete every later segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,5 +359,29 @@ mod tests {
         assert_eq!(read_log_start(dir.path()).unwrap(), Some(77));
         remove(dir.path(), TRUNCATE_INTENT).unwrap();
         assert_eq!(TruncateIntent::read(dir.path()).unwrap(), None);
+    }
+
+    #[test]
+    fn the_kept_horizon_round_trips_and_a_missing_or_damaged_file_is_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            read_cleaner_horizon(dir.path()).unwrap(),
+            KeptHorizon::Unknown
+        );
+        for kept in [KeptHorizon::At(1_700_000_000_123), KeptHorizon::Nothing] {
+            write_cleaner_horizon(dir.path(), kept).unwrap();
+            assert_eq!(read_cleaner_horizon(dir.path()).unwrap(), kept);
+        }
+        write_cleaner_horizon(dir.path(), KeptHorizon::At(42)).unwrap();
+        let path = dir.path().join(CLEANER_HORIZON);
+        let mut raw = fs::read(&path).unwrap();
+        raw[13] ^= 1;
+        fs::write(&path, raw).unwrap();
+        assert_eq!(
+            read_cleaner_horizon(dir.path()).unwrap(),
+            KeptHorizon::Unknown
+        );
+        write_cleaner_horizon(dir.path(), KeptHorizon::Unknown).unwrap();
+        assert!(!path.exists());
     }
 }

@@ -6,7 +6,7 @@
 //! checked for consistency from their first and last entry records only; the
 //! checkpoint's segment is re-verified from the checkpoint position; later
 //! segments (rolled after it) from their start. Trusted bytes are CRC-checked
-//! lazily, the first time a read reaches them (see `segment.rs`).
+//! lazily, the first time a read reaches them (see `segment/verified.rs`).
 
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;

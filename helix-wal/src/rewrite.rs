@@ -34,6 +34,12 @@ pub struct SegmentRewrite {
     dir: PathBuf,
     base: i64,
     log: File,
+    /// Cleaned bytes not yet written to `log`: at most
+    /// `write_buffer_bytes` (`log.cleaner.io.buffer.size`'s write half,
+    /// Kafka's write buffer); an entry larger than that is written
+    /// straight from the caller's bytes, so nothing grows past it.
+    write_buffer: Vec<u8>,
+    write_buffer_bytes: usize,
     /// Encoded entry records, written at `finish` (a segment's entry index
     /// is small: 48 bytes per Raft entry).
     entries: Vec<u8>,
@@ -68,6 +74,8 @@ impl SegmentRewrite {
             dir: dir.to_path_buf(),
             base,
             log,
+            write_buffer: Vec::new(),
+            write_buffer_bytes: 0,
             entries: Vec::new(),
             index: SparseIndex::default(),
             builder: IndexBuilder::new(index_interval_bytes),
@@ -76,6 +84,41 @@ impl SegmentRewrite {
             last_batch_rel: None,
             last: None,
         })
+    }
+
+    /// Gathers up to `bytes` of cleaned batches before each write (0:
+    /// one write per entry).
+    pub fn with_write_buffer(mut self, bytes: usize) -> SegmentRewrite {
+        self.write_buffer = Vec::with_capacity(bytes);
+        self.write_buffer_bytes = bytes;
+        self
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.write_buffer.len() + bytes.len() > self.write_buffer_bytes {
+            self.flush()?;
+        }
+        if bytes.len() > self.write_buffer_bytes {
+            let path = cleaned_path(&self.dir, self.base, "log");
+            return self
+                .log
+                .write_all(bytes)
+                .map_err(|e| WalError::io("write", &path, e));
+        }
+        self.write_buffer.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.write_buffer.is_empty() {
+            return Ok(());
+        }
+        let path = cleaned_path(&self.dir, self.base, "log");
+        self.log
+            .write_all(&self.write_buffer)
+            .map_err(|e| WalError::io("write", &path, e))?;
+        self.write_buffer.clear();
+        Ok(())
     }
 
     /// Appends the Raft entry `pos`, covering offsets `[first_offset,
@@ -145,9 +188,8 @@ impl SegmentRewrite {
             .ok()
             .filter(|p| p.checked_add(length).is_some())
             .ok_or_else(|| invalid(&path, "segment larger than 4 GiB".into()))?;
-        self.log
-            .write_all(batches)
-            .map_err(|e| WalError::io("write", &path, e))?;
+        self.write(batches)?;
+        debug_assert!(self.write_buffer.len() <= self.write_buffer_bytes);
         for (h, at) in &headers {
             if let Some((o, t)) = self.builder.add(self.base, h, *at) {
                 self.index.offsets.push(o);
@@ -173,6 +215,7 @@ impl SegmentRewrite {
     /// Writes the entry and sparse indexes, fsyncs the four files and
     /// returns the intent that swaps them in for `old_bases`.
     pub fn finish(mut self, old_bases: Vec<i64>) -> Result<SwapIntent> {
+        self.flush()?;
         if let Some(rel) = self.last_batch_rel
             && self
                 .index
@@ -295,5 +338,42 @@ mod tests {
         assert!(w.push_entry(pos(1, 2), 4, 6, &twice).is_err(), "overlap");
         w.push_entry(pos(1, 2), 4, 6, &twice[..twice.len() / 2])
             .unwrap();
+    }
+
+    #[test]
+    fn the_write_buffer_stays_within_its_bound_and_writes_the_same_bytes() {
+        // Entries smaller and larger than the buffer, and empty ones.
+        let entries: Vec<Vec<u8>> = (0..40u8)
+            .map(|i| {
+                let body = vec![i; usize::from(i % 7) * 90];
+                if i % 5 == 4 {
+                    Vec::new()
+                } else {
+                    build_test_batch(i64::from(i), 1, 0, 0, &body)
+                }
+            })
+            .collect();
+        let write = |buffer: usize| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut w = SegmentRewrite::create(dir.path(), 0, 4096)
+                .unwrap()
+                .with_write_buffer(buffer);
+            for (i, e) in entries.iter().enumerate() {
+                let i = i as u64;
+                w.push_entry(pos(1, i + 1), i as i64, i as i64 + 1, e)
+                    .unwrap();
+                assert!(w.write_buffer.len() <= buffer);
+                assert!(w.write_buffer.capacity() <= buffer.max(1) * 2);
+            }
+            let intent = w.finish(vec![0]).unwrap();
+            let log = std::fs::read(cleaned_path(dir.path(), 0, "log")).unwrap();
+            let index = std::fs::read(cleaned_path(dir.path(), 0, "entries")).unwrap();
+            (intent.log_len, log, index)
+        };
+        let unbuffered = write(0);
+        assert_eq!(unbuffered.0, unbuffered.1.len() as u64);
+        for buffer in [1, 300, 1000, 64 << 10] {
+            assert_eq!(write(buffer), unbuffered, "write buffer {buffer}");
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Verification of stored batches: whole, CRC-32C good, offsets contiguous
 //! (or, in a cleaned segment, increasing with gaps: ADR 0027 §5).
 //! Used for bytes recovery trusted without re-reading (checked lazily on first
-//! read, see `segment.rs`).
+//! read, see `segment/verified.rs`).
 
 use crate::batch::{self, BatchError, Batches};
 

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use helix_raft::GroupId;
+use helix_wal::KeptHorizon;
 
 use super::clean::{DerivedState, LastBatch};
 use super::pass::{self, LogShape, PassOutcome, PassSettings};
@@ -104,9 +105,9 @@ pub async fn run(
     let backoff = Duration::from_millis(settings.backoff_ms.max(1));
     // Partitions whose last pass failed, with their log end then.
     let mut uncleanable: HashMap<GroupId, i64> = HashMap::new();
-    // The latest delete horizon each partition's last pass kept (lost at
-    // a restart: those tombstones then wait for the next dirty pass).
-    let mut horizons: HashMap<GroupId, i64> = HashMap::new();
+    // The latest delete horizon each partition's last pass kept, read
+    // from the file the pass wrote (`kept_horizon`) when not known yet.
+    let mut horizons: HashMap<GroupId, KeptHorizon> = HashMap::new();
     // Those of `uncleanable` whose pass failed (metric
     // `uncleanable_partitions`), not merely found nothing to do.
     let mut failed: HashSet<GroupId> = HashSet::new();
@@ -149,9 +150,14 @@ pub async fn run(
             chosen = idle
                 .into_iter()
                 .filter(|(t, _)| {
-                    horizons
-                        .get(&t.partition.group)
-                        .is_some_and(|at| *at <= now_ms)
+                    let p = &t.partition;
+                    let kept = *horizons.entry(p.group).or_insert_with(|| kept_horizon(p));
+                    match kept {
+                        KeptHorizon::At(at) => at <= now_ms,
+                        // One pass finds out (and records what it kept).
+                        KeptHorizon::Unknown => true,
+                        KeptHorizon::Nothing => false,
+                    }
                 })
                 .collect();
             horizon_passes = true;
@@ -169,11 +175,15 @@ pub async fn run(
             let pass_settings = PassSettings {
                 dedupe_buffer_bytes: share,
                 load_factor: settings.io_buffer_load_factor,
+                write_buffer_bytes: settings.io_buffer_size / settings.threads.max(1) / 2,
                 delete_retention_ms: target.delete_retention_ms,
                 now_ms,
                 horizon_passed: horizon_passes,
             };
             let throttle = throttle.clone();
+            if horizon_passes {
+                tracing::debug!(topic = %target.topic, partition = target.partition.index, "cleaning for tombstones whose delete horizon passed");
+            }
             passes.spawn(async move {
                 let started = Instant::now();
                 let result = clean(&target, &plan, pass_settings, throttle).await;
@@ -189,10 +199,7 @@ pub async fn run(
             match result {
                 Ok(Some(outcome)) => {
                     progressed = true;
-                    match outcome.stats.latest_delete_horizon_ms {
-                        Some(at) => horizons.insert(p.group, at),
-                        None => horizons.remove(&p.group),
-                    };
+                    horizons.insert(p.group, kept_of(&outcome));
                     stats.cleaned(
                         p.group,
                         crate::clock::now_ms(),
@@ -211,8 +218,16 @@ pub async fn run(
                 }
                 Ok(None) => {
                     // Nothing to rewrite: not looked at again until its log
-                    // changes.
-                    horizons.remove(&p.group);
+                    // changes. A horizon pass that found nothing found no
+                    // cleaned segment either: nothing kept.
+                    if horizon_passes {
+                        let dir = p.reader().dir().to_path_buf();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            helix_wal::write_cleaner_horizon(&dir, KeptHorizon::Nothing)
+                        })
+                        .await;
+                        horizons.insert(p.group, KeptHorizon::Nothing);
+                    }
                     uncleanable.insert(p.group, p.reader().next_offset());
                 }
                 Err(e) => {
@@ -227,6 +242,31 @@ pub async fn run(
         if !progressed {
             tokio::time::sleep(backoff).await;
         }
+    }
+}
+
+/// What a pass kept: the horizon its tombstones and markers wait for.
+fn kept_of(outcome: &PassOutcome) -> KeptHorizon {
+    outcome
+        .stats
+        .latest_delete_horizon_ms
+        .map_or(KeptHorizon::Nothing, KeptHorizon::At)
+}
+
+/// The delete horizon kept in `p`'s cleaned segments, as the last pass
+/// recorded it (ADR 0027 §6). Without a readable record, a log with a
+/// cleaner checkpoint (cleaned, or caught up from a cleaned leader) may
+/// hold tombstones with a horizon: `Unknown`, one pass finds out; one
+/// without holds none.
+fn kept_horizon(p: &Partition) -> KeptHorizon {
+    let reader = p.reader();
+    match helix_wal::read_cleaner_horizon(reader.dir()) {
+        Ok(KeptHorizon::Unknown) | Err(_) => match helix_wal::read_cleaner_checkpoint(reader.dir())
+        {
+            Ok(None) => KeptHorizon::Nothing,
+            Ok(Some(_)) | Err(_) => KeptHorizon::Unknown,
+        },
+        Ok(kept) => kept,
     }
 }
 
@@ -317,8 +357,56 @@ async fn clean(
     let Some(prepared) = prepared else {
         return Ok(None);
     };
-    p.swap_cleaned(prepared.outcome.cleaned_below, prepared.intents)
-        .await?;
+    // The kept horizon is unknown while the swap runs: a crash then
+    // leaves no record, so a pass after the restart looks again, where a
+    // stale record could have said nothing was kept.
+    let dir = p.reader().dir().to_path_buf();
+    let kept = kept_of(&prepared.outcome);
+    let record = move |kept| {
+        let dir = dir.clone();
+        async move {
+            tokio::task::spawn_blocking(move || helix_wal::write_cleaner_horizon(&dir, kept))
+                .await
+                .map_err(|e| {
+                    HelixError::CorruptState(format!("cleaner horizon write panicked: {e}"))
+                })?
+                .map_err(HelixError::from)
+        }
+    };
+    if let Err(e) = record(KeptHorizon::Unknown).await {
+        for intent in &prepared.intents {
+            let _ = helix_wal::discard_cleaned(p.reader().dir(), intent.new_base);
+        }
+        return Err(e);
+    }
+    // One swap per group, each its own command on the replica's shard:
+    // a swap holds the shard for its fsyncs (intent, renames, directory),
+    // and a pass of many groups in one command held every partition of
+    // that shard for all of them (seconds under a busy disk: produce p99
+    // of 7-8 s while cleaning, docs/BENCHMARKS.md). Each command raises
+    // the cleaner checkpoint to its own group's end first, so it is never
+    // above a group not swapped nor below one that was.
+    let ends: Vec<i64> = prepared
+        .intents
+        .iter()
+        .skip(1)
+        .map(|i| i.new_base)
+        .chain([prepared.outcome.cleaned_below])
+        .collect();
+    let mut intents = prepared.intents.into_iter();
+    for end in ends {
+        let Some(intent) = intents.next() else { break };
+        if let Err(e) = p.swap_cleaned(end, vec![intent]).await {
+            for rest in intents {
+                let _ = helix_wal::discard_cleaned(p.reader().dir(), rest.new_base);
+            }
+            return Err(e);
+        }
+    }
+    if let Err(e) = record(kept).await {
+        // Swapped: the record stays unknown, and a later pass finds out.
+        tracing::warn!(partition = p.index, error = %e, "cannot record the cleaner's kept delete horizon");
+    }
     Ok(Some(prepared.outcome))
 }
 

@@ -21,6 +21,7 @@ fn settings() -> PassSettings {
     PassSettings {
         dedupe_buffer_bytes: 1 << 20,
         load_factor: 0.9,
+        write_buffer_bytes: 300,
         delete_retention_ms: 86_400_000,
         now_ms: 1_000_000,
         horizon_passed: false,

@@ -16,8 +16,9 @@ pub struct CleanerConfig {
     pub dedupe_buffer_size: usize,
     /// `log.cleaner.io.buffer.load.factor`: how full the key map may get.
     pub io_buffer_load_factor: f64,
-    /// `log.cleaner.io.buffer.size`: Kafka's read buffer; accepted and
-    /// described (Helix reads whole entries through its mappings).
+    /// `log.cleaner.io.buffer.size`: split between the threads, half of
+    /// each share is a pass's write buffer (Kafka's read half has no
+    /// counterpart: batches are read in place in the mappings).
     pub io_buffer_size: usize,
     /// `log.cleaner.io.max.bytes.per.second`: bytes read and written by
     /// all cleaner threads; Kafka's default is unlimited (`f64::MAX`).

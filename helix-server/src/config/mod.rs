@@ -264,7 +264,8 @@ pub struct Flags {
     /// (`log.cleaner.io.buffer.load.factor`).
     #[arg(long)]
     pub log_cleaner_io_buffer_load_factor: Option<f64>,
-    /// Log cleaner: read buffer bytes (`log.cleaner.io.buffer.size`).
+    /// Log cleaner: io buffer bytes, all threads; half of each thread's
+    /// share is its write buffer (`log.cleaner.io.buffer.size`).
     #[arg(long)]
     pub log_cleaner_io_buffer_size: Option<usize>,
     /// Log cleaner: bytes read and written per second, all threads

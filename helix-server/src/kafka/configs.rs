@@ -25,6 +25,8 @@ const TYPE_STRING: i8 = ConfigType::String as i8;
 const TYPE_INT: i8 = ConfigType::Int as i8;
 const TYPE_LONG: i8 = ConfigType::Long as i8;
 const TYPE_LIST: i8 = ConfigType::List as i8;
+const TYPE_BOOLEAN: i8 = ConfigType::Boolean as i8;
+const TYPE_DOUBLE: i8 = ConfigType::Double as i8;
 
 pub fn describe(
     node: Administering<'_>,
@@ -32,6 +34,7 @@ pub fn describe(
     version: i16,
 ) -> DescribeConfigsResponse {
     let mut resp = DescribeConfigsResponse::default();
+    let documented = version >= 3 && req.include_documentation;
     for res in req.resources {
         let mut out = DescribeConfigsResult::default();
         out.resource_type = res.resource_type;
@@ -55,6 +58,9 @@ pub fn describe(
                     c.config_source = source as i8;
                     if version >= 3 {
                         c.config_type = config_type;
+                    }
+                    if documented && res.resource_type == RESOURCE_BROKER {
+                        c.documentation = broker_documentation(&name).map(wire_str);
                     }
                     out.configs.push(c);
                 }
@@ -161,7 +167,65 @@ fn broker_entries(node: Administering<'_>, name: &str) -> Result<Vec<Entry>, Hel
             true,
             TYPE_INT,
         ),
+        (
+            "log.cleaner.enable".into(),
+            c.cleaner.enable.to_string(),
+            s,
+            true,
+            TYPE_BOOLEAN,
+        ),
+        (
+            "log.cleaner.threads".into(),
+            c.cleaner.threads.to_string(),
+            s,
+            true,
+            TYPE_INT,
+        ),
+        (
+            "log.cleaner.dedupe.buffer.size".into(),
+            c.cleaner.dedupe_buffer_size.to_string(),
+            s,
+            true,
+            TYPE_LONG,
+        ),
+        (
+            "log.cleaner.io.buffer.size".into(),
+            c.cleaner.io_buffer_size.to_string(),
+            s,
+            true,
+            TYPE_INT,
+        ),
+        (
+            "log.cleaner.io.max.bytes.per.second".into(),
+            format!("{:?}", c.cleaner.io_max_bytes_per_second),
+            s,
+            true,
+            TYPE_DOUBLE,
+        ),
     ])
+}
+
+/// What a broker setting means here, where that differs from Kafka's
+/// documentation (DescribeConfigs v3+ with `include_documentation`).
+fn broker_documentation(name: &str) -> Option<&'static str> {
+    match name {
+        "log.cleaner.threads" => Some(
+            "Partitions cleaned at once; the dedupe buffer and the io buffer are split between them.",
+        ),
+        "log.cleaner.dedupe.buffer.size" => Some(
+            "Bytes of key map over all cleaner threads: 24 bytes per key (a 128-bit key digest and the offset).",
+        ),
+        "log.cleaner.io.buffer.size" => Some(
+            "Each cleaner thread gathers up to this / log.cleaner.threads / 2 bytes of cleaned batches before a write \
+             to the cleaned segment (Kafka's write buffer). There is no read buffer: the cleaner reads batches in \
+             place in the segments' memory mappings, one Raft entry at a time, so the other half is not used; an entry \
+             larger than the write buffer is written directly.",
+        ),
+        "log.cleaner.io.max.bytes.per.second" => {
+            Some("Bytes read and written by all cleaner threads together, per second.")
+        }
+        _ => None,
+    }
 }
 
 /// AlterConfigs replaces a topic's whole set of overrides.
@@ -256,4 +320,47 @@ fn result_entry(
         r.error_message = Some(wire_str(&e.message()));
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_broker_describes_its_cleaner_settings_with_what_they_mean_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = super::super::tests::broker(dir.path()).await;
+        let mut res = DescribeConfigsResource::default();
+        res.resource_type = RESOURCE_BROKER;
+        res.resource_name = wire_str("");
+        res.configuration_keys = None;
+        let mut req = DescribeConfigsRequest::default();
+        req.resources = vec![res];
+        req.include_documentation = true;
+        let resp = describe(Administering::of(&b), req, 4);
+        let configs = &resp.results[0].configs;
+        let entry = |name: &str| {
+            configs
+                .iter()
+                .find(|c| c.name.as_str() == name)
+                .unwrap_or_else(|| panic!("{name} not described"))
+        };
+        let io = entry("log.cleaner.io.buffer.size");
+        assert_eq!(io.value.as_ref().map(|v| v.as_str()), Some("524288"));
+        let doc = io.documentation.as_ref().map(|d| d.to_string());
+        assert!(
+            doc.as_deref().is_some_and(|d| d.contains("no read buffer")),
+            "{doc:?}"
+        );
+        assert_eq!(
+            entry("log.cleaner.threads")
+                .value
+                .as_ref()
+                .map(|v| v.as_str()),
+            Some("1")
+        );
+        assert!(entry("node.id").documentation.is_none());
+    }
 }

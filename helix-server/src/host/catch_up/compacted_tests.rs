@@ -230,6 +230,7 @@ fn compacted_leader(dir: &std::path::Path) -> (Recovered, i64) {
     let settings = PassSettings {
         dedupe_buffer_bytes: 1 << 20,
         load_factor: 0.9,
+        write_buffer_bytes: 64 << 10,
         delete_retention_ms: 86_400_000,
         now_ms: 1_000_000,
         horizon_passed: false,
