@@ -226,16 +226,22 @@ mod tests {
     fn a_founder_that_decides_second_starts_even_with_a_peer_down() {
         // Node 1 formed on node 2's "not formed"; node 2 asks again and
         // node 3 never answers: node 1's answer alone settles it.
-        let formed_with_me = Some(StatusAnswer {
+        let formed_with_me = StatusAnswer {
+            formed: true,
+            seen_you: false,
+            page_cache_lost: false,
+            boot_checked: true,
             formed_with_you: true,
-            ..FORMED.expect("an answer")
-        });
-        assert_eq!(decide(3, &[formed_with_me, None]), Start::Fresh);
-        assert_eq!(decide(5, &[formed_with_me, None, None, None]), Start::Fresh);
+        };
+        assert_eq!(decide(3, &[Some(formed_with_me), None]), Start::Fresh);
+        assert_eq!(
+            decide(5, &[Some(formed_with_me), None, None, None]),
+            Start::Fresh
+        );
         // Having been seen still wins: the node took part.
         let both = Some(StatusAnswer {
             seen_you: true,
-            ..formed_with_me.expect("an answer")
+            ..formed_with_me
         });
         assert_eq!(decide(3, &[both, None]), Start::Rejoin);
     }
