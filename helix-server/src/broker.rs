@@ -59,6 +59,8 @@ pub struct Broker {
     pub admin: TopicAdmin,
     /// What the log cleaner last did per partition (`/metrics`).
     pub cleaner_stats: Arc<crate::compact::stats::CleanerStats>,
+    /// Client quota rates measured on this node (KIP-13, KIP-219).
+    pub quotas: crate::quota::ClientQuotas,
 }
 
 impl Broker {
@@ -212,6 +214,7 @@ impl Broker {
         Ok(Arc::new(Broker {
             admin: TopicAdmin::new(&config, cluster.clone(), controller.clone(), topics.clone()),
             cleaner_stats: Arc::default(),
+            quotas: crate::quota::ClientQuotas::new(controller.clone()),
             producer_ids,
             backpressure,
             request_budget: crate::budget::RequestBudget::new(config.queued_max_request_bytes),

@@ -13,6 +13,8 @@ pub mod forward;
 pub mod message_format;
 pub mod placement;
 pub mod producer_ids;
+pub mod quotas;
+pub mod scram;
 pub mod service;
 pub mod topic_config;
 
@@ -66,6 +68,10 @@ pub enum Command {
     },
     /// Takes the next block of producer ids; its start is the outcome.
     AllocateProducerIdBlock,
+    /// Sets and removes users' SCRAM credentials ([`scram`]).
+    AlterScramCredentials(scram::ScramAlteration),
+    /// Sets and removes client quotas ([`quotas`]).
+    AlterClientQuotas(quotas::QuotaAlteration),
 }
 
 impl Command {
@@ -76,7 +82,10 @@ impl Command {
             | Command::DeleteTopic { name }
             | Command::CreatePartitions { name, .. }
             | Command::SetTopicConfigs { name, .. } => Some(name),
-            Command::AllocateProducerIds { .. } | Command::AllocateProducerIdBlock => None,
+            Command::AllocateProducerIds { .. }
+            | Command::AllocateProducerIdBlock
+            | Command::AlterScramCredentials(_)
+            | Command::AlterClientQuotas(_) => None,
         }
     }
 }
@@ -112,6 +121,10 @@ pub struct ControllerView {
     pub topics: BTreeMap<String, TopicRecord>,
     /// First producer id not yet handed out in any block.
     pub producer_ids_end: i64,
+    /// Users' SCRAM credentials.
+    pub scram: scram::ScramTable,
+    /// Client quotas by user and client id.
+    pub quotas: quotas::QuotaTable,
 }
 
 impl ControllerView {
@@ -173,6 +186,8 @@ impl ControllerView {
                 Ok(())
             }
             Command::AllocateProducerIdBlock => Ok(()),
+            Command::AlterScramCredentials(a) => self.scram.validate(a),
+            Command::AlterClientQuotas(a) => self.quotas.validate(a),
         }
     }
 
@@ -230,6 +245,8 @@ impl ControllerView {
                 self.producer_ids_end = start + PRODUCER_ID_BLOCK;
                 return Ok(Outcome::ProducerIdBlock { start });
             }
+            Command::AlterScramCredentials(a) => self.scram.apply(a),
+            Command::AlterClientQuotas(a) => self.quotas.apply(a),
         }
         Ok(Outcome::Done)
     }

@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod api_versions;
+pub mod client_quotas;
 pub mod configs;
 pub mod connection;
 pub mod context;
@@ -20,6 +21,7 @@ pub mod producer_state;
 pub mod records;
 pub mod request_order;
 pub mod sasl;
+pub mod scram_credentials;
 pub mod segmented;
 pub mod session;
 pub mod tls;
