@@ -106,6 +106,15 @@ def authenticates(config: dict) -> bool:
     return not any(e.code() == KafkaError._AUTHENTICATION for e in errors)
 
 
+def await_authenticates(config: dict, why: str) -> None:
+    """Waits until the client is served: a node applies a controller
+    command when its leader tells it the command is committed, a moment
+    after the node that took the request answered."""
+    deadline = time.monotonic() + 60
+    while not authenticates(config):
+        assert time.monotonic() < deadline, why
+
+
 def assert_refused(config: dict) -> None:
     err = authentication_error(config)
     assert err is not None and err.code() == KafkaError._AUTHENTICATION, err
@@ -235,8 +244,9 @@ def test_a_user_created_on_one_node_authenticates_on_the_others_after_the_contro
         assert leader in sasl
         via = next(i for i in sasl if i != leader)  # forwarded to the controller
         add_user(sasl[via], props, "alice", "alice-secret")
+        assert authenticates(sasl_config(sasl[via], "alice", "alice-secret"))
         for i in sasl:
-            assert authenticates(sasl_config(sasl[i], "alice", "alice-secret")), i
+            await_authenticates(sasl_config(sasl[i], "alice", "alice-secret"), f"node {i}")
         admin = AdminClient(sasl_config(sasl[via], "alice", "alice-secret"))
         admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
         cluster.node(leader).kill9()
@@ -255,9 +265,7 @@ def test_a_user_created_on_one_node_authenticates_on_the_others_after_the_contro
         cluster.node(leader).wait_routing()
         # The restarted node catches up on the controller log it missed.
         erin = sasl_config(sasl[leader], "erin", "erin-secret", "SCRAM-SHA-512")
-        deadline = time.monotonic() + 60
-        while not authenticates(erin):
-            assert time.monotonic() < deadline, cluster.node(leader).log_tail()
+        await_authenticates(erin, cluster.node(leader).log_tail())
         assert authenticates(sasl_config(sasl[leader], "alice", "alice-secret"))
     finally:
         cluster.stop()
