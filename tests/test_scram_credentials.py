@@ -235,9 +235,9 @@ def test_a_user_created_on_one_node_authenticates_on_the_others_after_the_contro
         me.config.write_text(
             f'listeners = "{listeners(me)}"\nsasl_users_file = "{users}"\n'
             f"connection_failed_authentication_delay_ms = 50\n" + text)
-    cluster.start()
     sasl = {i: f"127.0.0.1:{p}" for i, p in sasl_ports.items()}
     try:
+        cluster.start()  # inside: a node that fails to start stops the others
         for n in cluster.nodes:
             n.wait_routing()
         leader = controller_of(cluster.node(1).bootstrap)
