@@ -6,7 +6,7 @@ its own layer or any layer below, never from one above:
 
   0 entry points      main, server, endpoint, status
   1 Kafka front end   kafka
-  2 node services     acl, admin, broker, topics, group, txn, controller, rejoin, scrubber
+  2 node services     acl, admin, broker, topics, group, txn, controller, rejoin, scrubber, quota
   3 cluster view      cluster
   4 replica host      host, transport
   5 partition replica replica, batcher
@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = [
     ("entry points", ["main", "server", "endpoint", "status"]),
     ("Kafka front end", ["kafka"]),
-    ("node services", ["acl", "admin", "broker", "topics", "group", "txn", "controller", "rejoin", "scrubber"]),
+    ("node services", ["acl", "admin", "broker", "topics", "group", "txn", "controller", "rejoin", "scrubber", "quota"]),
     ("cluster view", ["cluster"]),
     ("replica host", ["host", "transport"]),
     ("partition replica", ["replica", "batcher", "compact"]),

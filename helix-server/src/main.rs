@@ -20,6 +20,7 @@ mod ids;
 mod kafka;
 mod metrics;
 mod offset;
+mod quota;
 mod rejoin;
 mod replica;
 mod scrubber;

@@ -107,6 +107,10 @@ pub async fn run(config: Config) -> Result<()> {
         tokio::spawn(crate::tls::watch(vec![tls], crate::tls::CHECK_EVERY));
     }
     let broker = Broker::open(config).await?;
+    // SASL reads the controller's replicated credentials from here on.
+    for sasl in listeners.iter().filter_map(|l| l.sasl.as_ref()) {
+        sasl.credentials.attach(broker.controller.clone());
+    }
     let mut bound = Vec::with_capacity(listeners.len());
     for l in listeners {
         let socket = TcpListener::bind(l.config.bind).await.map_err(|e| {

@@ -14,6 +14,8 @@ pub mod forward;
 pub mod message_format;
 pub mod placement;
 pub mod producer_ids;
+pub mod quotas;
+pub mod scram;
 pub mod service;
 pub mod topic_config;
 
@@ -75,6 +77,10 @@ pub enum Command {
     DeleteAcls {
         bindings: Vec<crate::acl::AclBinding>,
     },
+    /// Sets and removes users' SCRAM credentials ([`scram`]).
+    AlterScramCredentials(scram::ScramAlteration),
+    /// Sets and removes client quotas ([`quotas`]).
+    AlterClientQuotas(quotas::QuotaAlteration),
 }
 
 impl Command {
@@ -89,6 +95,7 @@ impl Command {
             | Command::AllocateProducerIdBlock
             | Command::CreateAcls { .. }
             | Command::DeleteAcls { .. } => None,
+            Command::AlterScramCredentials(_) | Command::AlterClientQuotas(_) => None,
         }
     }
 }
@@ -127,6 +134,10 @@ pub struct ControllerView {
     /// Every ACL binding; shared so a request's authorization reads a
     /// snapshot without holding the view ([`acls`]).
     pub acls: std::sync::Arc<crate::acl::AclTable>,
+    /// Users' SCRAM credentials.
+    pub scram: scram::ScramTable,
+    /// Client quotas by user and client id.
+    pub quotas: quotas::QuotaTable,
 }
 
 impl ControllerView {
@@ -190,6 +201,8 @@ impl ControllerView {
             Command::AllocateProducerIdBlock => Ok(()),
             Command::CreateAcls { bindings } => self.validate_create_acls(bindings),
             Command::DeleteAcls { .. } => Ok(()),
+            Command::AlterScramCredentials(a) => self.scram.validate(a),
+            Command::AlterClientQuotas(a) => self.quotas.validate(a),
         }
     }
 
@@ -249,6 +262,8 @@ impl ControllerView {
             }
             Command::CreateAcls { bindings } => self.create_acls(&bindings)?,
             Command::DeleteAcls { bindings } => self.delete_acls(&bindings),
+            Command::AlterScramCredentials(a) => self.scram.apply(a),
+            Command::AlterClientQuotas(a) => self.quotas.apply(a),
         }
         Ok(Outcome::Done)
     }

@@ -113,7 +113,7 @@ fn produce_path(f: &mut Families) {
 
 fn counters(f: &mut Families) {
     let c = &metrics().counters;
-    let counters: [(&'static str, &'static str, &AtomicU64); 24] = [
+    let counters: [(&'static str, &'static str, &AtomicU64); 25] = [
         (
             "produce_bytes",
             "Record batch bytes in Produce requests",
@@ -168,6 +168,11 @@ fn counters(f: &mut Families) {
             "backpressure_pauses",
             "Times a connection stopped reading because the produce budget was full",
             &c.backpressure_pauses,
+        ),
+        (
+            "quota_mutes",
+            "Times a connection stopped reading because its client went past a quota",
+            &c.quota_mutes,
         ),
         (
             "backpressure_timeouts",

@@ -376,3 +376,74 @@ async fn a_principal_may_do_what_its_acls_allow_and_nothing_else() {
     let denied = b.controller.view().view.acls.iter().count();
     assert_eq!(denied, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_and_quotas_need_their_cluster_operations() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = secured(dir.path()).await;
+    let alter_scram = || -> RequestKind {
+        AlterUserScramCredentialsRequest::default()
+            .with_upsertions(vec![
+                alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                    .with_name(wire_str("bob"))
+                    .with_mechanism(1)
+                    .with_iterations(4096)
+                    .with_salt(bytes::Bytes::from_static(b"salt"))
+                    .with_salted_password(bytes::Bytes::from_static(&[9; 32])),
+            ])
+            .into()
+    };
+    let alter_quota = || -> RequestKind {
+        AlterClientQuotasRequest::default()
+            .with_entries(vec![
+                alter_client_quotas_request::EntryData::default()
+                    .with_entity(vec![
+                        alter_client_quotas_request::EntityData::default()
+                            .with_entity_type(wire_str("client-id"))
+                            .with_entity_name(Some(wire_str("c"))),
+                    ])
+                    .with_ops(vec![
+                        alter_client_quotas_request::OpData::default()
+                            .with_key(wire_str("producer_byte_rate"))
+                            .with_value(1_048_576.0),
+                    ]),
+            ])
+            .into()
+    };
+    let codes = |r: &ResponseKind| -> Vec<i16> {
+        match r {
+            ResponseKind::DescribeUserScramCredentials(r) => vec![r.error_code],
+            ResponseKind::AlterUserScramCredentials(r) => {
+                r.results.iter().map(|x| x.error_code).collect()
+            }
+            ResponseKind::DescribeClientQuotas(r) => vec![r.error_code],
+            ResponseKind::AlterClientQuotas(r) => r.entries.iter().map(|x| x.error_code).collect(),
+            other => panic!("unexpected answer {other:?}"),
+        }
+    };
+    let mut alice = session("User:alice");
+    let mut admin = session("User:admin");
+    let cases = [
+        (
+            ApiKey::DescribeUserScramCredentials,
+            DescribeUserScramCredentialsRequest::default().into(),
+        ),
+        (ApiKey::AlterUserScramCredentials, alter_scram()),
+        (
+            ApiKey::DescribeClientQuotas,
+            DescribeClientQuotasRequest::default().into(),
+        ),
+        (ApiKey::AlterClientQuotas, alter_quota()),
+    ];
+    for (key, body) in cases {
+        let version = if key == ApiKey::DescribeClientQuotas || key == ApiKey::AlterClientQuotas {
+            1
+        } else {
+            0
+        };
+        let denied = call(&b, &mut alice, key, version, body.clone()).await;
+        assert_eq!(codes(&denied), [31], "{key:?} as alice");
+        let allowed = call(&b, &mut admin, key, version, body).await;
+        assert!(codes(&allowed).iter().all(|&c| c != 31), "{key:?} as admin");
+    }
+}

@@ -17,6 +17,7 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
 use super::producer_state::{DESCRIBE_PRODUCERS_VERSIONS, WRITE_TXN_MARKERS_VERSIONS};
 use super::sasl;
+use super::{client_quotas, scram_credentials};
 use crate::error::code;
 use kafka_protocol::error::ResponseError;
 
@@ -52,6 +53,26 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
         ApiKey::WriteTxnMarkers,
         WRITE_TXN_MARKERS_VERSIONS.0,
         WRITE_TXN_MARKERS_VERSIONS.1,
+    ),
+    (
+        ApiKey::DescribeClientQuotas,
+        client_quotas::DESCRIBE_VERSIONS.0,
+        client_quotas::DESCRIBE_VERSIONS.1,
+    ),
+    (
+        ApiKey::AlterClientQuotas,
+        client_quotas::ALTER_VERSIONS.0,
+        client_quotas::ALTER_VERSIONS.1,
+    ),
+    (
+        ApiKey::DescribeUserScramCredentials,
+        scram_credentials::DESCRIBE_VERSIONS.0,
+        scram_credentials::DESCRIBE_VERSIONS.1,
+    ),
+    (
+        ApiKey::AlterUserScramCredentials,
+        scram_credentials::ALTER_VERSIONS.0,
+        scram_credentials::ALTER_VERSIONS.1,
     ),
 ];
 

@@ -13,7 +13,8 @@
 //! processed at once; past that the read loop waits, and so does TCP. The
 //! read loop also waits while the node's produce backpressure is full, and
 //! in `throttle` mode stops reading after a Produce for the node's current
-//! throttle (ADR 0011, the KIP-219 mute).
+//! throttle (ADR 0011, the KIP-219 mute); likewise after a request that
+//! took its client past a quota, for the quota's throttle (`crate::quota`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -162,6 +163,15 @@ async fn serve_stream<R, W>(
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = broker.backpressure.wait_for_room() => {}
+        }
+        // A client past its quota is not read until its throttle passes
+        // (KIP-219); its answer already told it how long.
+        if let Some(until) = session.take_mute() {
+            Metrics::count(&m.counters.quota_mutes, 1);
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tokio::time::sleep_until(until) => {}
+            }
         }
         if session.expects_raw_sasl_token() {
             let token = tokio::select! {

@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
@@ -23,12 +24,13 @@ use super::authorize::{Access, Checked, Merge};
 use super::context::{Administering, Partitions, Producing, Routing};
 use super::sasl::Step;
 use super::segmented::{self, Frame, encode};
-use super::session::{Listener, Session};
+use super::session::{Listener, QuotaCharge, Session};
 use super::{
-    acls, api_versions, authorize, configs, describe_cluster, fetch, list_offsets, metadata,
-    produce, producer_state, records, topics,
+    acls, api_versions, authorize, client_quotas, configs, describe_cluster, fetch, list_offsets,
+    metadata, produce, producer_state, records, scram_credentials, topics,
 };
 use crate::broker::Broker;
+use crate::controller::quotas::QuotaKey;
 use crate::error::Result;
 use crate::group::service::GroupService;
 use crate::group::wire::KEY_TYPE_TRANSACTION;
@@ -115,6 +117,7 @@ pub async fn start_from(
     session: &mut Session,
 ) -> std::result::Result<PendingResponse, Close> {
     let sasl_listener = session.sasl.is_some();
+    let frame_len = frame.len();
     let (mut request, mut body) = match read_header(frame, sasl_listener)? {
         Header::Answered(pending) => return Ok(pending),
         Header::Request(request, body) => (request, body),
@@ -141,6 +144,18 @@ pub async fn start_from(
             Checked::Refused(body) => return Ok(Box::pin(async move { request.respond(body) })),
         },
     };
+    request.quota = Some(session.quota_charge());
+    if request.key == ApiKey::Produce {
+        // KIP-219: the request's bytes count at once; a client past its
+        // quota is answered with the wait and not read until it passes.
+        let wait = broker.quotas.record(
+            QuotaKey::ProducerByteRate,
+            session.quota_user(),
+            &request.client_id(),
+            frame_len as f64,
+        );
+        request.throttle(wait);
+    }
     route(broker, request, kind, session.peer, sasl_listener, access).await
 }
 
@@ -248,14 +263,35 @@ struct Request {
     /// The authorizer's error entries (or filter) for the answer
     /// ([`authorize::check`]); taken by the one `respond`.
     merge: std::sync::Mutex<Option<Merge>>,
+    /// Set once the request is authenticated and routed.
+    quota: Option<QuotaCharge>,
+    /// A quota's throttle (KIP-219), answered in `throttle_time_ms`.
+    throttle_ms: i32,
 }
 
 impl Request {
+    /// The client went past a quota: its answer says how long to wait,
+    /// and its connection is not read until then.
+    fn throttle(&mut self, wait: Duration) {
+        if wait.is_zero() {
+            return;
+        }
+        self.throttle_ms = self
+            .throttle_ms
+            .max(i32::try_from(wait.as_millis()).unwrap_or(i32::MAX));
+        if let Some(q) = &self.quota {
+            q.mute(wait);
+        }
+    }
+
     /// Encodes `body` as this request's answer, counting its error codes.
     fn respond(&self, mut body: ResponseKind) -> Result<Option<Frame>> {
         self.apply_merge(&mut body);
         if let Some((me, listener)) = &self.listener {
             listener.name_nodes_in(&mut body, *me);
+        }
+        if let ResponseKind::Produce(r) = &mut body {
+            r.throttle_time_ms = r.throttle_time_ms.max(self.throttle_ms);
         }
         crate::metrics::metrics().requests.answered(self.key, &body);
         encode(self.key, self.version, self.header.correlation_id, &body)
@@ -325,6 +361,8 @@ fn read_header(mut frame: Bytes, sasl_listener: bool) -> std::result::Result<Hea
             header,
             listener: None,
             merge: std::sync::Mutex::new(None),
+            quota: None,
+            throttle_ms: 0,
         },
         frame,
     ))
@@ -450,6 +488,22 @@ async fn route(
                 req,
             ))
         }),
+        RequestKind::DescribeClientQuotas(req) => r.answer(async move {
+            let resp = client_quotas::describe(&b.controller.view().view.quotas, &req);
+            ResponseKind::DescribeClientQuotas(resp)
+        }),
+        RequestKind::AlterClientQuotas(req) => r.answer(async move {
+            ResponseKind::AlterClientQuotas(client_quotas::alter(&b.controller, req).await)
+        }),
+        RequestKind::DescribeUserScramCredentials(req) => r.answer(async move {
+            let resp = scram_credentials::describe(&b.controller.view().view.scram, &req);
+            ResponseKind::DescribeUserScramCredentials(resp)
+        }),
+        RequestKind::AlterUserScramCredentials(req) => r.answer(async move {
+            ResponseKind::AlterUserScramCredentials(
+                scram_credentials::alter(&b.controller, req).await,
+            )
+        }),
         RequestKind::OffsetCommit(req) => offset_commit(&b, r, req, peer)?,
         RequestKind::DescribeAcls(req) => {
             r.answer(
@@ -468,16 +522,21 @@ async fn route(
 
 /// Fetch is encoded around the WAL's bytes (`segmented`), not copied into
 /// a response body; its error codes are counted here.
-fn fetch_answer(b: Arc<Broker>, r: Request, req: FetchRequest) -> PendingResponse {
+fn fetch_answer(b: Arc<Broker>, mut r: Request, req: FetchRequest) -> PendingResponse {
     Box::pin(async move {
         let mut answer =
             ResponseKind::Fetch(fetch::handle(Partitions::of(&b), req, r.version).await);
         r.apply_merge(&mut answer);
-        let ResponseKind::Fetch(resp) = answer else {
+        let ResponseKind::Fetch(mut resp) = answer else {
             return Err(crate::error::HelixError::CorruptState(
                 "a fetch answer merged into another kind".into(),
             ));
         };
+        if let Some(q) = &r.quota {
+            let wait = fetch::charge_quota(&b.quotas, &q.user, &r.client_id(), &mut resp);
+            r.throttle(wait);
+        }
+        resp.throttle_time_ms = resp.throttle_time_ms.max(r.throttle_ms);
         crate::metrics::metrics().requests.fetch_answered(
             std::iter::once(resp.error_code).chain(
                 resp.responses

@@ -5,7 +5,7 @@
 //! request, in order.
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use kafka_protocol::messages::ResponseKind;
 use rustls::ServerConfig;
@@ -158,6 +158,24 @@ impl Listener {
     }
 }
 
+/// Who a request's use of quotas is counted against, and the mute of its
+/// connection (KIP-219), carried by the request past the read loop.
+pub struct QuotaCharge {
+    pub user: String,
+    mute: Arc<Mutex<Option<tokio::time::Instant>>>,
+}
+
+impl QuotaCharge {
+    /// Mutes the connection for `wait` from now (a later mute stays).
+    pub fn mute(&self, wait: std::time::Duration) {
+        let until = tokio::time::Instant::now() + wait;
+        let mut m = self.mute.lock().unwrap_or_else(|p| p.into_inner());
+        if m.is_none_or(|old| old < until) {
+            *m = Some(until);
+        }
+    }
+}
+
 /// One connection's identity and authentication state.
 pub struct Session {
     pub listener: Arc<Listener>,
@@ -172,6 +190,10 @@ pub struct Session {
     pub sasl: Option<SaslSession>,
     /// The last answer ends the connection (a failed authentication).
     pub close_after_answer: bool,
+    /// A client over its quota: nothing more is read from the connection
+    /// before this instant (KIP-219). Set by the request's handling, which
+    /// may finish after the read loop moved on (Fetch), so it is shared.
+    pub muted_until: Arc<Mutex<Option<tokio::time::Instant>>>,
 }
 
 impl Session {
@@ -184,7 +206,30 @@ impl Session {
             principal,
             sasl,
             close_after_answer: false,
+            muted_until: Arc::default(),
         }
+    }
+
+    /// The user quotas count this connection's requests against.
+    pub fn quota_user(&self) -> &str {
+        crate::quota::user_of(self.principal.as_deref())
+    }
+
+    pub fn quota_charge(&self) -> QuotaCharge {
+        QuotaCharge {
+            user: self.quota_user().to_string(),
+            mute: self.muted_until.clone(),
+        }
+    }
+
+    /// Takes the instant the connection is muted until, if later than now.
+    pub fn take_mute(&self) -> Option<tokio::time::Instant> {
+        let until = self
+            .muted_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        (until > tokio::time::Instant::now()).then_some(until)
     }
 
     /// The next frame is a bare SASL token (after SaslHandshake v0).

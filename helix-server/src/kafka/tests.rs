@@ -208,6 +208,35 @@ fn request(b: &Broker, key: ApiKey, version: i16) -> RequestKind {
             ])
             .into(),
         k if super::acls_tests::is_acl_api(k) => super::acls_tests::request(k, version),
+        ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::default().into(),
+        ApiKey::AlterClientQuotas => AlterClientQuotasRequest::default()
+            .with_entries(vec![
+                alter_client_quotas_request::EntryData::default()
+                    .with_entity(vec![
+                        alter_client_quotas_request::EntityData::default()
+                            .with_entity_type(wire_str("client-id"))
+                            .with_entity_name(Some(wire_str("quota-test"))),
+                    ])
+                    .with_ops(vec![
+                        alter_client_quotas_request::OpData::default()
+                            .with_key(wire_str("producer_byte_rate"))
+                            .with_value(1_048_576.0),
+                    ]),
+            ])
+            .into(),
+        ApiKey::DescribeUserScramCredentials => {
+            DescribeUserScramCredentialsRequest::default().into()
+        }
+        ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::default()
+            .with_upsertions(vec![
+                alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                    .with_name(wire_str("u"))
+                    .with_mechanism(1)
+                    .with_iterations(4096)
+                    .with_salt(Bytes::from_static(b"salt"))
+                    .with_salted_password(Bytes::from_static(&[9; 32])),
+            ])
+            .into(),
         other => panic!("no test request for {other:?}"),
     }
 }
@@ -326,6 +355,14 @@ fn error_codes(r: &ResponseKind) -> Vec<i16> {
         }
         ResponseKind::CreatePartitions(r) => r.results.iter().map(|t| t.error_code).collect(),
         ResponseKind::DescribeCluster(r) => vec![r.error_code],
+        ResponseKind::DescribeClientQuotas(r) => vec![r.error_code],
+        ResponseKind::AlterClientQuotas(r) => r.entries.iter().map(|e| e.error_code).collect(),
+        ResponseKind::DescribeUserScramCredentials(r) => std::iter::once(r.error_code)
+            .chain(r.results.iter().map(|u| u.error_code))
+            .collect(),
+        ResponseKind::AlterUserScramCredentials(r) => {
+            r.results.iter().map(|u| u.error_code).collect()
+        }
         ResponseKind::DescribeProducers(r) => r
             .topics
             .iter()

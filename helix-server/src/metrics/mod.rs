@@ -106,6 +106,9 @@ pub struct Counters {
     /// Times a connection stopped reading because the produce budget was
     /// full (backpressure pauses).
     pub backpressure_pauses: AtomicU64,
+    /// Times a connection stopped reading because its client went past a
+    /// quota (KIP-219 mutes).
+    pub quota_mutes: AtomicU64,
     /// Requests whose connection stopped reading until the node's request
     /// byte budget had room (`queued_max_request_bytes`).
     pub request_budget_waits: AtomicU64,

@@ -14,6 +14,7 @@
 //! Inter-node work (replication, controller commands, transaction
 //! markers) travels on the peer transport and is never checked here.
 
+mod cluster;
 mod groups;
 mod topics;
 mod txn;
@@ -183,6 +184,10 @@ pub fn check(access: &Access, version: i16, kind: RequestKind) -> Checked {
         R::TxnOffsetCommit(r) => txn::txn_offset_commit(access, r),
         R::DescribeTransactions(r) => txn::describe_transactions(access, r),
         R::ListTransactions(r) => txn::list_transactions(access, r),
+        R::DescribeUserScramCredentials(r) => cluster::describe_scram(access, r),
+        R::AlterUserScramCredentials(r) => cluster::alter_scram(access, r),
+        R::DescribeClientQuotas(r) => cluster::describe_quotas(access, r),
+        R::AlterClientQuotas(r) => cluster::alter_quotas(access, r),
         // ApiVersions, the SASL exchange and the ACL APIs (which check
         // Describe / Alter on the cluster in their handlers, to answer
         // per item) pass.

@@ -1,10 +1,15 @@
 //! SCRAM credentials as stored: salt, iterations, StoredKey and ServerKey
-//! (RFC 5802 §3), never a password. Loaded from the users file
-//! (`sasl_users_file`, the interim home until the controller replicates
-//! them, ADR 0028) and written by `helix-server scram-credential`.
+//! (RFC 5802 §3), never a password. Two sources (ADR 0028): the
+//! controller's replicated table (AlterUserScramCredentials, kept by
+//! every node's applier) and the node's users file (`sasl_users_file`,
+//! written by `helix-server scram-credential`). For a user and mechanism
+//! the replicated credential wins; the file's is used when the table has
+//! none, so the file seeds the first users (an administrator who then
+//! creates the others) and stays a way in while the table is empty.
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -13,6 +18,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
+use crate::controller::scram::{ScramMechanism, StoredScram};
+use crate::controller::service::Controller;
+
 /// The hash a SCRAM mechanism is built on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScramHash {
@@ -20,10 +28,7 @@ pub enum ScramHash {
     Sha512,
 }
 
-/// Kafka's smallest accepted iteration count (`ScramMechanism.minIterations`).
-pub const MIN_ITERATIONS: u32 = 4096;
-/// A bound on the work one authentication may cost the node.
-pub const MAX_ITERATIONS: u32 = 16384;
+pub use crate::controller::scram::{MAX_ITERATIONS, MIN_ITERATIONS};
 
 impl ScramHash {
     pub fn of_mechanism(name: &str) -> Option<ScramHash> {
@@ -31,6 +36,20 @@ impl ScramHash {
             "SCRAM-SHA-256" => Some(ScramHash::Sha256),
             "SCRAM-SHA-512" => Some(ScramHash::Sha512),
             _ => None,
+        }
+    }
+
+    pub fn of_stored(m: ScramMechanism) -> ScramHash {
+        match m {
+            ScramMechanism::ScramSha256 => ScramHash::Sha256,
+            ScramMechanism::ScramSha512 => ScramHash::Sha512,
+        }
+    }
+
+    pub fn stored(self) -> ScramMechanism {
+        match self {
+            ScramHash::Sha256 => ScramMechanism::ScramSha256,
+            ScramHash::Sha512 => ScramMechanism::ScramSha512,
         }
     }
 
@@ -97,13 +116,44 @@ impl ScramCredential {
     /// The credential of `password` with `salt`.
     pub fn derive(hash: ScramHash, password: &str, salt: Vec<u8>, iterations: u32) -> Self {
         let salted = hash.salted_password(password.as_bytes(), &salt, iterations);
-        let client_key = hash.hmac(&salted, b"Client Key");
+        ScramCredential::of_salted_password(hash, &salted, salt, iterations)
+    }
+
+    /// The credential of a salted password (RFC 5802's SaltedPassword, what
+    /// Kafka's AlterUserScramCredentials carries): the keys, not it.
+    pub fn of_salted_password(
+        hash: ScramHash,
+        salted: &[u8],
+        salt: Vec<u8>,
+        iterations: u32,
+    ) -> Self {
+        let client_key = hash.hmac(salted, b"Client Key");
         ScramCredential {
             hash,
             stored_key: hash.hash(&client_key),
-            server_key: hash.hmac(&salted, b"Server Key"),
+            server_key: hash.hmac(salted, b"Server Key"),
             salt,
             iterations,
+        }
+    }
+
+    /// The form the controller stores.
+    pub fn into_stored(self) -> StoredScram {
+        StoredScram {
+            iterations: self.iterations,
+            salt: self.salt,
+            stored_key: self.stored_key,
+            server_key: self.server_key,
+        }
+    }
+
+    fn of_stored(hash: ScramHash, s: &StoredScram) -> Self {
+        ScramCredential {
+            hash,
+            salt: s.salt.clone(),
+            iterations: s.iterations,
+            stored_key: s.stored_key.clone(),
+            server_key: s.server_key.clone(),
         }
     }
 
@@ -147,10 +197,14 @@ struct ScramEntry {
     server_key: String,
 }
 
-/// Every user's SCRAM credentials, by user and mechanism.
+/// Every user's SCRAM credentials, by user and mechanism: the
+/// controller's table first, then the users file.
 #[derive(Debug, Default)]
 pub struct Credentials {
+    /// From the users file.
     scram: HashMap<(String, ScramHash), ScramCredential>,
+    /// The controller, once the node has opened it.
+    replicated: OnceLock<Arc<Controller>>,
 }
 
 impl Credentials {
@@ -200,8 +254,21 @@ impl Credentials {
             .insert((user.to_string(), credential.hash), credential);
     }
 
-    pub fn scram(&self, user: &str, hash: ScramHash) -> Option<&ScramCredential> {
-        self.scram.get(&(user.to_string(), hash))
+    /// From here on the controller's replicated table is read first.
+    pub fn attach(&self, controller: Arc<Controller>) {
+        let _ = self.replicated.set(controller);
+    }
+
+    /// The user's credential for `hash`: the replicated one, else the file's.
+    pub fn scram(&self, user: &str, hash: ScramHash) -> Option<ScramCredential> {
+        let replicated = self.replicated.get().and_then(|c| {
+            c.view()
+                .view
+                .scram
+                .get(user, hash.stored())
+                .map(|s| ScramCredential::of_stored(hash, s))
+        });
+        replicated.or_else(|| self.scram.get(&(user.to_string(), hash)).cloned())
     }
 
     /// SASL/PLAIN: whether `password` is `user`'s, checked against the
@@ -227,7 +294,7 @@ mod tests {
     fn a_credential_round_trips_through_the_users_file_and_checks_passwords() {
         let c = ScramCredential::derive(ScramHash::Sha512, "s3cret", random_salt(), 4096);
         let creds = Credentials::parse(&c.to_toml("alice")).expect("parses");
-        assert_eq!(creds.scram("alice", ScramHash::Sha512), Some(&c));
+        assert_eq!(creds.scram("alice", ScramHash::Sha512), Some(c.clone()));
         assert!(creds.check_password("alice", "s3cret"));
         assert!(!creds.check_password("alice", "wrong"));
         assert!(!creds.check_password("bob", "s3cret"));

@@ -103,7 +103,6 @@ pub fn client_first(
     }
     let credential = credentials
         .scram(&user, hash)
-        .cloned()
         .ok_or(ScramError::UnknownUser)?;
     // Alphanumeric, as Kafka's (`ScramFormatter.secureRandomString`).
     let server_nonce: String = rand::random::<[u8; 24]>()
