@@ -230,13 +230,29 @@ async fn a_follower_behind_the_leaders_memory_is_caught_up_from_the_wal() {
     c.close().await;
 }
 
+/// The node's next producer id. Until its first block arrives from the
+/// controller the answer is NotReady, which clients retry
+/// (COORDINATOR_LOAD_IN_PROGRESS); so does this.
+async fn next_producer_id(b: &Broker) -> i64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match b.producer_ids.next().await {
+            Ok(id) => return id,
+            Err(HelixError::NotReady(_)) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("producer id: {e:?}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_ids_come_in_disjoint_blocks_from_the_controller() {
     let c = TestCluster::start(3).await;
     let mut all = Vec::new();
     for id in c.ids() {
         for _ in 0..3 {
-            all.push(c.broker(id).producer_ids.next().await.expect("producer id"));
+            all.push(next_producer_id(c.broker(id)).await);
         }
     }
     let mut unique = all.clone();
