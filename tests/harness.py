@@ -43,19 +43,20 @@ START_TIMEOUT_S = float(os.environ.get("HELIX_TEST_START_TIMEOUT", "60"))
 # given by the kernel to another test worker's probe, or to an outgoing
 # connection, before the node binds it (CI: "cannot listen on ...: Address
 # already in use" with two pytest-xdist workers). Each worker (gw0, gw1, ...)
-# takes its own slice of 20000-32767, walks it in order, never hands a port
+# takes its own slice of 11000-32767, walks it in order, never hands a port
 # out twice, and skips ports something already listens on.
-# HELIX_TEST_PORT_SLICE=N picks slice N instead (two suites run by hand at
+# HELIX_TEST_PORT_SLICE=N (0-6) picks slice N instead (suites run by hand at
 # once on one machine).
-_PORT_RANGE = (20000, 32768)
+_PORT_RANGE = (11000, 32768)
 _SLICE = 3000
+_SLICES = (_PORT_RANGE[1] - _PORT_RANGE[0]) // _SLICE
 
 
 def _port_slice() -> range:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker[2:]) if worker[2:].isdigit() else 0
     index = int(os.environ.get("HELIX_TEST_PORT_SLICE", index))
-    start = _PORT_RANGE[0] + (index % 4) * _SLICE
+    start = _PORT_RANGE[0] + (index % _SLICES) * _SLICE
     return range(start, min(start + _SLICE, _PORT_RANGE[1]))
 
 
