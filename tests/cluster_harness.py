@@ -241,6 +241,32 @@ class HelixCluster:
                        f'metrics = "127.0.0.1:{n.metrics_port}"\n')
         return "\n".join(out)
 
+    def prepend_config(self, node: Node, settings: str) -> None:
+        """Top-level TOML settings for one node: they go before its
+        ``[[nodes]]`` tables, where TOML would read them as a table's."""
+        node.config.write_text(settings + node.config.read_text())
+
+    def add_sasl_listeners(self, users: Path, settings: str = "") -> dict[int, int]:
+        """A SASL_PLAINTEXT listener beside every node's PLAINTEXT one,
+        authenticating against the users file ``users``, named in every
+        node's ``[[nodes]]`` table as ``advertised_listeners`` (so Metadata
+        answers each listener with its own addresses); ``settings`` are
+        further top-level settings for every node. Before ``start``.
+        Returns each node's SASL port."""
+        sasl = {n.id: harness.free_port() for n in self.nodes}
+
+        def listeners(n: Node) -> str:
+            return f"PLAINTEXT://127.0.0.1:{n.kafka_port},SASL_PLAINTEXT://127.0.0.1:{sasl[n.id]}"
+
+        for me in self.nodes:
+            text = me.config.read_text()
+            for n in self.nodes:
+                line = f'kafka = "127.0.0.1:{n.kafka_port}"\n'
+                text = text.replace(line, line + f'advertised_listeners = "{listeners(n)}"\n')
+            me.config.write_text(
+                f'listeners = "{listeners(me)}"\nsasl_users_file = "{users}"\n{settings}' + text)
+        return sasl
+
     def node(self, node_id: int) -> Node:
         return self.nodes[node_id - 1]
 

@@ -352,19 +352,8 @@ def test_acls_survive_a_controller_leader_kill_on_three_nodes(tmp_path):
     users = tmp_path / "users.toml"
     users_file(binary, users)
     cluster = HelixCluster(tmp_path / "cluster", 3)
-    sasl_ports = {n.id: harness.free_port() for n in cluster.nodes}
-
-    def listeners(n) -> str:
-        return f"PLAINTEXT://127.0.0.1:{n.kafka_port},SASL_PLAINTEXT://127.0.0.1:{sasl_ports[n.id]}"
-
-    for me in cluster.nodes:
-        text = me.config.read_text()
-        for n in cluster.nodes:
-            line = f'kafka = "127.0.0.1:{n.kafka_port}"\n'
-            text = text.replace(line, line + f'advertised_listeners = "{listeners(n)}"\n')
-        me.config.write_text(
-            f'listeners = "{listeners(me)}"\nsasl_users_file = "{users}"\n'
-            'authorizer = "standard"\nsuper_users = "User:admin"\n' + text)
+    sasl_ports = cluster.add_sasl_listeners(
+        users, 'authorizer = "standard"\nsuper_users = "User:admin"\n')
     cluster.start()
     try:
         every = ",".join(f"127.0.0.1:{p}" for p in sasl_ports.values())

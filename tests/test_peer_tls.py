@@ -50,7 +50,7 @@ def tls_cluster(tmp: Path) -> tuple[HelixCluster, Path]:
         make_cert(certs, f"node{node.id}", "ca", f"/CN=helix-node-{node.id}", san="IP:127.0.0.1")
         settings = (f'peer_ssl_keystore_location = "{keystore(certs, f"node{node.id}")}"\n'
                     f'peer_ssl_truststore_location = "{certs / "ca.pem"}"\n')
-        node.config.write_text(settings + node.config.read_text())
+        cluster.prepend_config(node, settings)
     return cluster, certs
 
 

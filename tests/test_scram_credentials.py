@@ -222,19 +222,7 @@ def test_a_user_created_on_one_node_authenticates_on_the_others_after_the_contro
     users = admin_users_file(tmp_path / "users.toml")
     props = command_config(tmp_path)
     cluster = HelixCluster(tmp_path / "cluster", 3)
-    sasl_ports = {n.id: harness.free_port() for n in cluster.nodes}
-
-    def listeners(n) -> str:
-        return f"PLAINTEXT://127.0.0.1:{n.kafka_port},SASL_PLAINTEXT://127.0.0.1:{sasl_ports[n.id]}"
-
-    for me in cluster.nodes:
-        text = me.config.read_text()
-        for n in cluster.nodes:
-            line = f'kafka = "127.0.0.1:{n.kafka_port}"\n'
-            text = text.replace(line, line + f'advertised_listeners = "{listeners(n)}"\n')
-        me.config.write_text(
-            f'listeners = "{listeners(me)}"\nsasl_users_file = "{users}"\n'
-            f"connection_failed_authentication_delay_ms = 50\n" + text)
+    sasl_ports = cluster.add_sasl_listeners(users, "connection_failed_authentication_delay_ms = 50\n")
     sasl = {i: f"127.0.0.1:{p}" for i, p in sasl_ports.items()}
     try:
         cluster.start()  # inside: a node that fails to start stops the others

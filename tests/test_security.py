@@ -308,18 +308,7 @@ def test_a_cluster_names_every_node_by_the_clients_listener(tmp_path, topic):
     users = tmp_path / "users.toml"
     users_file(binary, users)
     cluster = HelixCluster(tmp_path / "cluster", 3)
-    sasl_ports = {n.id: harness.free_port() for n in cluster.nodes}
-
-    def listeners(n) -> str:
-        return f"PLAINTEXT://127.0.0.1:{n.kafka_port},SASL_PLAINTEXT://127.0.0.1:{sasl_ports[n.id]}"
-
-    for me in cluster.nodes:
-        text = me.config.read_text()
-        for n in cluster.nodes:
-            line = f'kafka = "127.0.0.1:{n.kafka_port}"\n'
-            text = text.replace(line, line + f'advertised_listeners = "{listeners(n)}"\n')
-        me.config.write_text(
-            f'listeners = "{listeners(me)}"\nsasl_users_file = "{users}"\n' + text)
+    sasl_ports = cluster.add_sasl_listeners(users)
     cluster.start()
     try:
         config = {"bootstrap.servers": f"127.0.0.1:{sasl_ports[1]}",
