@@ -30,11 +30,12 @@ pub async fn handle(node: Routing<'_>, req: MetadataRequest, version: i16) -> Me
     // item 7).
     let cut_off = !node.cluster.hears_majority();
     // A node whose topic table has not caught up with the controller's log
-    // (just started) cannot say a topic does not exist: it answers
-    // LEADER_NOT_AVAILABLE (retriable) for a topic it does not know, and
-    // creates none (Kafka's brokers open their listener only once caught
-    // up with the metadata log).
-    let behind = !node.controller.caught_up();
+    // (just started) cannot say a topic does not exist: asked for one it
+    // does not know, it waits a moment to catch up; still behind, it
+    // answers LEADER_NOT_AVAILABLE (retriable) and creates none (Kafka's
+    // brokers open their listener only once caught up with the metadata
+    // log).
+    let behind = !node.controller.caught_up() && (cut_off || !settle_topic_table(node, &req).await);
     // Before v4 the field does not exist and Kafka auto-creates.
     let allow_create = (version < 4 || req.allow_auto_topic_creation) && !cut_off && !behind;
     // v0 has no null: an empty list asks for every topic.
@@ -118,6 +119,43 @@ pub async fn handle(node: Routing<'_>, req: MetadataRequest, version: i16) -> Me
         broker_id(node.controller_id())
     };
     resp
+}
+
+/// Longest a Metadata answer that names a topic this node does not know
+/// waits for its topic table to catch up with the controller's log (a node
+/// just started or just formed its cluster: measured under a second).
+const CATCH_UP_WAIT: Duration = Duration::from_secs(2);
+const CATCH_UP_POLL: Duration = Duration::from_millis(10);
+
+/// Whether this node's topic table caught up with the controller's log,
+/// waiting at most [`CATCH_UP_WAIT`] when `req` names a topic the table
+/// does not hold: only a caught-up node may say a topic does not exist
+/// (UNKNOWN_TOPIC_OR_PARTITION) or create it. Kafka's broker opens its
+/// listener only once caught up, so a client never hears a retriable
+/// LEADER_NOT_AVAILABLE for a topic that does not exist; holding the answer
+/// briefly is the nearest to that (franz-go's TestIssue648 expects the
+/// UNKNOWN_TOPIC_OR_PARTITION right after the cluster starts).
+async fn settle_topic_table(node: Routing<'_>, req: &MetadataRequest) -> bool {
+    let names_unknown = req.topics.as_ref().is_some_and(|topics| {
+        topics.iter().any(|t| match &t.name {
+            Some(name) => node.topics.get(name).is_none(),
+            None => node.topics.by_id(t.topic_id).is_none(),
+        })
+    });
+    if !names_unknown {
+        return false;
+    }
+    let deadline = tokio::time::Instant::now() + CATCH_UP_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        if node.controller.caught_up() {
+            return true;
+        }
+        if !node.cluster.hears_majority() {
+            return false;
+        }
+        tokio::time::sleep(CATCH_UP_POLL).await;
+    }
+    node.controller.caught_up()
 }
 
 /// Longest a Metadata answer waits for the elections under way among the
