@@ -136,6 +136,23 @@ def test_a_record_under_another_key_or_with_another_value_is_a_phantom():
     assert planted(wrong_value).get("phantom") == 1
 
 
+def test_a_replica_storing_a_record_nobody_wrote_holds_a_phantom():
+    def stored(s, w):
+        # Offset 6 is held by replica 1 alone and no ack or read names it.
+        s.replicas({"1": [s.rec(2, w["a1"]), s.rec(5, w["c1"]), [6, "c", "c:p9:000009", "c:p9:000009"]],
+                    "2": [s.rec(2, w["a1"]), s.rec(5, w["c1"])]})
+    assert planted(stored) == {"phantom": 1, "replica-latest-differs": 1}
+
+
+def test_a_replica_storing_another_write_at_an_acknowledged_offset_is_inconsistent():
+    def moved(s, w):
+        # c0 was acknowledged at 3; replica 1 alone holds 3, with b's
+        # tombstone there (its latest values still agree).
+        s.replicas({"1": [s.rec(2, w["a1"]), s.rec(3, w["b1"], tombstone=True), s.rec(5, w["c1"])],
+                    "2": [s.rec(2, w["a1"]), s.rec(5, w["c1"])]})
+    assert planted(moved) == {"inconsistent-offsets": 1}
+
+
 def test_a_definitely_failed_write_read_is_an_aborted_read():
     def aborted(s, w):
         s.read([s.rec(6, w["x"])], proc="reader-1")

@@ -9,15 +9,17 @@ older values come and go. What must hold, whatever the cleaners did:
   the key is absent though that write was not a tombstone (a tombstone may
   be gone after delete.retention.ms). A last record above it is a write
   attempted after it (possibly written).
-- ``phantom``: a record whose id no producer sent, or whose key or value
-  is not what that send wrote (a tombstone's value is None).
-- ``aborted-read``: a record whose send definitely failed.
+- ``phantom``: a record (read, or stored by a replica) whose id no
+  producer sent, or whose key or value is not what that send wrote (a
+  tombstone's value is None).
+- ``aborted-read``: a record (read or stored) whose send definitely failed.
 - ``per-key-reorder``: one producer's writes of one key, in the order it
   sent them, sit at offsets that do not increase (the offsets any ack or
   read gave them).
 - ``inconsistent-offsets``: two observations (acks and reads, any time)
-  of one offset name different writes: compaction removes records, it
-  never changes what an offset holds.
+  of one offset name different writes, or a replica stores at an offset
+  another write than an ack or a read put there: compaction removes
+  records, it never changes what an offset holds.
 - ``duplicate``: one write at two offsets (the producers are idempotent).
 - ``nonmonotonic-read``: one read's offsets of a partition do not strictly
   increase.
@@ -86,7 +88,7 @@ def check(ops: list[dict]) -> checker.Result:
     _offsets(at, r)
     _per_key_order(writes, at, r)
     _latest(ops, writes, acked, r)
-    _replicas(ops, r)
+    _replicas(ops, writes, failed, at, r)
     for op in ops:
         if op["f"] == "fatal":
             r.add("producer-fatal", None, process=op["process"], error=op["value"], index=op["index"])
@@ -196,7 +198,7 @@ def latest_view(records) -> dict[str, str]:
     return {k: wid for k, (_, v, wid) in out.items() if v is not None}
 
 
-def _replicas(ops: list[dict], r) -> None:
+def _replicas(ops: list[dict], writes: dict, failed: set, at: dict, r) -> None:
     final = {op["partition"]: op for op in ops if op["f"] == "final-read" and op["type"] == OK}
     for op in ops:
         if op["f"] != "replica-records":
@@ -207,6 +209,13 @@ def _replicas(ops: list[dict], r) -> None:
             continue
         stored = op["value"]["replicas"]
         nodes = sorted(stored)
+        for n in nodes:  # what a replica stores was written too, as what a read returns
+            for o, k, v, wid in stored[n]:
+                _judge_record(writes, failed, p, o, k, v, wid, dict(op, process=f"replica-{n}"), r)
+                seen = at.get(p, {}).get(o)
+                if seen and wid not in seen:  # an ack or a read put another write there
+                    r.add("inconsistent-offsets", p, offset=o, values=sorted(map(str, seen)) + [str(wid)],
+                          replica=n, index=min(seen.values()))
         held = {n: {o: (k, v, wid) for o, k, v, wid in stored[n]} for n in nodes}
         for i, a in enumerate(nodes):
             for b in nodes[i + 1:]:
