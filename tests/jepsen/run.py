@@ -3,6 +3,7 @@
     python3 tests/jepsen/run.py --nodes 3 --duration 60s --seed 7 \\
         --faults kill,pause,partition --report out.json
     python3 tests/jepsen/run.py --workload txn --nodes 3 --duration 60s --seed 7
+    python3 tests/jepsen/run.py --workload compact --nodes 3 --duration 35s --seed 7
 
 Starts ``--nodes`` helix-server processes (HELIX_SERVER_BIN) with a fault
 proxy on every directed peer link, creates the workload's topics (RF 3, or
@@ -13,7 +14,13 @@ replicas' bytes and checks the history. Workloads (``--workload``):
 ``queue`` (the default: idempotent producers, workload.py, checker.py) and
 ``txn`` (transactional producers and read_committed consumers over two
 topics, txn_workload.py, txn_checker.py; the final read reads at
-read_committed and read_uncommitted). Prints a
+read_committed and read_uncommitted) and ``compact`` (keyed writes and
+tombstones over 100 keys to a compacted topic with small segments, nodes
+whose cleaners look every 200 ms, readers reading every partition from the
+beginning again and again, a final read once no node has anything left to
+clean, each replica's stored records compared by offset and by latest
+value per key, since replicas clean on their own (ADR 0027);
+compact_workload.py, compact_checker.py). Prints a
 summary table and every anomaly with the seed, the schedule and the history
 around it; writes the report (JSON) and the history (JSONL) beside it.
 Exit status 0 when no anomaly was found. The same seed replays the same
@@ -42,6 +49,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from cluster_harness import HelixCluster  # noqa: E402
 import kwire  # noqa: E402
 from jepsen import checker, final, nemesis, txn_checker, txn_copier  # noqa: E402
+from jepsen.compact_workload import CompactWorkload  # noqa: E402
 from jepsen.history import INFO, History, around, format_ops  # noqa: E402
 from jepsen.txn_workload import (TRANSACTION_TIMEOUT_MS, Keyspace, TxnAssignConsumer,  # noqa: E402
                                  TxnGroupConsumer, TxnProducer, key_of)
@@ -220,7 +228,7 @@ class TxnWorkload(QueueWorkload):
         return txn_checker.check(ops)
 
 
-WORKLOADS = {"queue": QueueWorkload, "txn": TxnWorkload}
+WORKLOADS = {"queue": QueueWorkload, "txn": TxnWorkload, "compact": CompactWorkload}
 
 
 def parse_duration(text: str) -> float:
@@ -275,7 +283,9 @@ def run(opts: Options) -> dict:
     try:
         cluster.start()
         admin = AdminClient({"logger": LOG, "bootstrap.servers": cluster.bootstrap})
-        futures = admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=replication(opts.nodes))
+        configs = getattr(workload, "topic_config", {})
+        futures = admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=replication(opts.nodes),
+                                                config=configs.get(t, {}))
                                        for t, n in topics.items()], operation_timeout=30)
         for t, n in topics.items():
             futures[t].result(timeout=30)
@@ -396,6 +406,8 @@ def summary(report: dict) -> str:
              "ops:          " + ", ".join(f"{k} {v}" for k, v in st["ops"].items()),
              "faults:       " + (", ".join(f"{k} {v}" for k, v in st["faults"].items()) or "none"),
              f"acknowledged: {st['acknowledged']}"]
+    if "cleaner_passes" in st:
+        lines.append(f"cleaner passes seen: {st['cleaner_passes']}")
     if "transactions" in st:
         lines.append("transactions: " + ", ".join(f"{k} {v}" for k, v in st["transactions"].items()))
     for name in w.anomalies + w.informational:
@@ -470,7 +482,8 @@ def quiet_librdkafka() -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="queue", choices=sorted(WORKLOADS),
-                    help="queue: idempotent producers (default); txn: transactions, read_committed consumers")
+                    help="queue: idempotent producers (default); txn: transactions, read_committed consumers; "
+                         "compact: keyed writes and tombstones on a compacted topic, readers from the start")
     ap.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5),
                     help="1: a single node, with the process faults only (no peer links to cut)")
     ap.add_argument("--duration", default="60s", help="e.g. 45s, 30m")
@@ -489,13 +502,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown faults {unknown}")
     if a.workload == "txn" and "trim" in faults:
         ap.error("trim is not a fault of the txn workload (its checker places records by topic/partition)")
+    if a.workload == "compact" and "trim" in faults:
+        ap.error("trim is not a fault of the compact workload (DeleteRecords may remove a key's latest value)")
     quiet_librdkafka()
     # SIGTERM (timeout(1), a CI runner) unwinds like Ctrl-C, so the cluster
     # is stopped in run()'s finally, never left behind.
     signal.signal(signal.SIGTERM, _interrupted)
     seed = a.seed if a.seed is not None else random.randrange(1 << 31)
     print(f"seed={seed}", flush=True)
-    rates = {"rate": a.rate} if a.workload == "queue" else {"txn_rate": a.rate}
+    rates = {"txn_rate": a.rate} if a.workload == "txn" else {"rate": a.rate}
     report = run(Options(seed=seed, nodes=a.nodes, duration_s=parse_duration(a.duration), faults=faults,
                          partitions=a.partitions, workdir=a.workdir, workload=a.workload,
                          **{k: v for k, v in rates.items() if v is not None}))

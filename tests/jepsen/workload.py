@@ -84,6 +84,8 @@ class Client(threading.Thread):
 
 
 class IdempotentProducer(Client):
+    EXTRA_CONF: dict = {}  # added to the producer's configuration
+
     def __init__(self, idx: int, bootstrap: str, topic: str, partitions: int, history: History,
                  rate: float, max_records: int, rng: random.Random | None = None):
         super().__init__(f"producer-{idx}", bootstrap, topic, partitions, history)
@@ -104,7 +106,7 @@ class IdempotentProducer(Client):
             "logger": LOG, "bootstrap.servers": self.bootstrap,
             "enable.idempotence": True, "acks": "all", "linger.ms": 5,
             "message.timeout.ms": MESSAGE_TIMEOUT_MS, "retry.backoff.ms": 100,
-            "topic.metadata.refresh.interval.ms": 1000,
+            "topic.metadata.refresh.interval.ms": 1000, **self.EXTRA_CONF,
         }
         # HELIX_JEPSEN_DEBUG=eos,msg (librdkafka debug contexts) sends the
         # producers' debug log to the "librdkafka" logger: to replay a finding.
@@ -137,13 +139,12 @@ class IdempotentProducer(Client):
                 next_quiet = time.monotonic() + self.rng.uniform(3.0, 10.0)
             due = min(self.max_records, int((time.monotonic() - start) * self.rate) + 1)
             while seq < due and not self.stopping.is_set():
-                value = f"p{self.idx}-{seq:06d}"
-                p = seq % self.partitions
+                value, p, record, extra = self.record(seq)
                 seq += 1  # a value is never sent twice, whatever happens to it
-                inv = self.history.add(self.proc, INVOKE, "send", value, partition=p)
+                inv = self.history.add(self.proc, INVOKE, "send", value, partition=p, **extra)
                 self.pending[inv["index"]] = inv
                 try:
-                    producer.produce(self.topic, value=value.encode(), partition=p,
+                    producer.produce(self.topic, partition=p, **record,
                                      on_delivery=lambda err, msg, inv=inv: self._delivered(inv, err, msg))
                 except BufferError:
                     self.pending.pop(inv["index"])
@@ -161,6 +162,14 @@ class IdempotentProducer(Client):
                 producer = self._restart(producer)
         self._serve(producer, self.flush_timeout_s, flush=True)
         self._abandon()
+
+    def record(self, seq: int) -> tuple[str, int, dict, dict]:
+        """The `seq`th send: its value in the history, its partition, what
+        produce() is given beside them, and what the send op records
+        beside its value (the compaction workload, compact_workload.py,
+        sends keys and tombstones)."""
+        value = f"p{self.idx}-{seq:06d}"
+        return value, seq % self.partitions, {"value": value.encode()}, {}
 
     def _serve(self, producer: Producer, timeout: float, flush: bool = False) -> None:
         """poll() or flush(): delivery reports; a fatal error is counted
