@@ -17,7 +17,7 @@
 //! partition of an unknown topic gets UNKNOWN_TOPIC_OR_PARTITION for it and
 //! OPERATION_NOT_ATTEMPTED for its others, without asking the coordinator.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
@@ -30,7 +30,6 @@ use kafka_protocol::messages::{
 
 use super::error::TxnError;
 use super::request::AddPartitions;
-use super::response::PartitionVerdicts;
 use super::service::TxnService;
 use super::types::TopicPartition;
 use super::verification::BatchedTxn;
@@ -47,8 +46,9 @@ pub const FIRST_BROKER_VERSION: i16 = 4;
 enum Outcome {
     /// These partitions' topics are unknown: the coordinator was not asked.
     Unknown(BTreeSet<TopicPartition>),
-    /// The coordinator's answer, per partition or one for all.
-    Answered(Result<PartitionVerdicts, TxnError>),
+    /// The coordinator's answer, per partition (looked up for each one the
+    /// request lists) or one for all.
+    Answered(Result<BTreeMap<TopicPartition, Result<(), TxnError>>, TxnError>),
 }
 
 impl Outcome {
@@ -62,9 +62,8 @@ impl Outcome {
             Outcome::Unknown(_) => ResponseError::OperationNotAttempted.code(),
             Outcome::Answered(Err(e)) => code_of(*e),
             Outcome::Answered(Ok(verdicts)) => verdicts
-                .iter()
-                .find(|(p, _)| p == tp)
-                .map_or(0, |(_, verdict)| verdict.map_or_else(code_of, |()| 0)),
+                .get(tp)
+                .map_or(0, |verdict| verdict.map_or_else(code_of, |()| 0)),
         }
     }
 }
@@ -130,7 +129,8 @@ async fn decide(
         .into_iter()
         .map(|refused| {
             refused.unwrap_or_else(|| {
-                Outcome::Answered(answers.next().unwrap_or(Err(TxnError::NotCoordinator)))
+                let answer = answers.next().unwrap_or(Err(TxnError::NotCoordinator));
+                Outcome::Answered(answer.map(|verdicts| verdicts.into_iter().collect()))
             })
         })
         .collect()
@@ -235,7 +235,9 @@ fn transaction_result(
 mod tests {
     use super::*;
 
-    fn verdicts(pairs: &[(&str, i32, Result<(), TxnError>)]) -> PartitionVerdicts {
+    fn verdicts(
+        pairs: &[(&str, i32, Result<(), TxnError>)],
+    ) -> BTreeMap<TopicPartition, Result<(), TxnError>> {
         pairs
             .iter()
             .map(|(t, p, v)| (TopicPartition::new(t, *p), *v))
