@@ -2,7 +2,8 @@
 
 Only what the tests need, written from the protocol specification: framing,
 request headers v1/v2, ApiVersions, Produce (v0-v8), Fetch (v4-v11),
-Metadata (v1), v2 record batches with CRC-32C, and a batch parser that reports
+Metadata (v1), AddPartitionsToTxn v4-v5 (a broker's batched form), v2 record
+batches with CRC-32C, and a batch parser that reports
 each batch's attributes (to see the compression codec a broker stored).
 """
 
@@ -677,3 +678,57 @@ def find_coordinator_once(conn: Conn, key: str, key_type: int) -> tuple[int, int
     err = r.i16()
     r.string()
     return err, r.i32()
+
+
+# ---------------------------------------------------------------- AddPartitionsToTxn v4-v5
+
+API_ADD_PARTITIONS_TO_TXN = 24
+
+
+def read_compact_string(r: Reader) -> str | None:
+    n = r.uvarint()
+    return None if n == 0 else r.take(n - 1).decode()
+
+
+@dataclass
+class BrokerTxn:
+    """One transaction of a broker's AddPartitionsToTxn v4-v5 batch."""
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    verify_only: bool
+    topics: dict[str, list[int]]
+
+
+def add_partitions_to_txn_v4(conn: Conn, transactions: list[BrokerTxn],
+                             version: int = 4) -> tuple[int, dict[str, dict[tuple[str, int], int]]]:
+    """AddPartitionsToTxn v4-v5 (flexible; the form a partition leader sends
+    its transaction coordinator, KIP-890 part 1). Returns the top-level error
+    code and, per transactional id, each (topic, partition)'s code."""
+    body = uvarint(len(transactions) + 1)
+    for t in transactions:
+        body += compact_string(t.transactional_id)
+        body += struct.pack(">qhb", t.producer_id, t.producer_epoch, 1 if t.verify_only else 0)
+        body += uvarint(len(t.topics) + 1)
+        for name, partitions in t.topics.items():
+            body += compact_string(name) + uvarint(len(partitions) + 1)
+            body += b"".join(struct.pack(">i", p) for p in partitions) + b"\x00"
+        body += b"\x00"
+    body += b"\x00"
+    r = conn.request(API_ADD_PARTITIONS_TO_TXN, version, body, flexible_header=True)
+    r.i32()  # throttle
+    top = r.i16()
+    results: dict[str, dict[tuple[str, int], int]] = {}
+    for _ in range(r.uvarint() - 1):
+        tid = read_compact_string(r) or ""
+        codes = results.setdefault(tid, {})
+        for _ in range(r.uvarint() - 1):
+            name = read_compact_string(r) or ""
+            for _ in range(r.uvarint() - 1):
+                p = r.i32()
+                codes[(name, p)] = r.i16()
+                skip_tagged_fields(r)
+            skip_tagged_fields(r)
+        skip_tagged_fields(r)
+    skip_tagged_fields(r)
+    return top, results

@@ -276,6 +276,39 @@ def test_transactions_need_write_on_their_transactional_id(node):
     p.commit_transaction(CALL_TIMEOUT)
 
 
+def test_a_brokers_add_partitions_to_txn_needs_cluster_action(node):
+    """AddPartitionsToTxn v4-v5 come from brokers (KIP-890 part 1): without
+    ClusterAction on the cluster the answer is the top-level
+    CLUSTER_AUTHORIZATION_FAILED and no results, as Kafka answers; with it
+    the coordinator answers (an id it never saw: INVALID_PRODUCER_ID_MAPPING).
+    Asked as User:ANONYMOUS on the PLAINTEXT listener."""
+    admin = node.admin()
+    topic = f"verify-{uuid.uuid4().hex[:8]}"
+    create_topic(admin, topic)
+    ask = [kwire.BrokerTxn("nobody", 7, 0, True, {topic: [0]})]
+    with kwire.Conn("127.0.0.1", node.broker.port) as conn:
+        for version in (4, 5):
+            assert kwire.add_partitions_to_txn_v4(conn, ask, version) == (
+                KafkaError.CLUSTER_AUTHORIZATION_FAILED, {})
+    grant = allow(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                  "User:ANONYMOUS", AclOperation.CLUSTER_ACTION)
+    create_acls(admin, [grant])
+    try:
+        deadline = time.monotonic() + CALL_TIMEOUT
+        with kwire.Conn("127.0.0.1", node.broker.port) as conn:
+            while True:
+                got = kwire.add_partitions_to_txn_v4(conn, ask)
+                if got[0] != KafkaError.CLUSTER_AUTHORIZATION_FAILED or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        assert got == (0, {"nobody": {(topic, 0): 49}})
+    finally:
+        flt = AclBindingFilter(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                               "User:ANONYMOUS", None, AclOperation.CLUSTER_ACTION,
+                               AclPermissionType.ALLOW)
+        admin.delete_acls([flt], request_timeout=CALL_TIMEOUT)[flt].result(CALL_TIMEOUT)
+
+
 def kafka_acls(bootstrap: str, config: Path, *args: str) -> str:
     """Runs Kafka 3.9.1's `kafka-acls.sh --bootstrap-server BOOTSTRAP
     --command-config CONFIG ARGS` and returns what it printed."""

@@ -429,3 +429,37 @@ def test_kafka_streams_exactly_once_v2_copies_exactly_once_while_a_broker_is_kil
     finally:
         app.kill()
         app.wait(timeout=30)
+
+
+def test_a_brokers_verify_only_add_partitions_to_txn_is_answered_by_the_coordinator(cluster3, topic):
+    """AddPartitionsToTxn v4-v5, the form a Kafka partition leader sends the
+    coordinator before a transaction's first batch (KIP-890 part 1), over
+    the wire: the coordinator answers NONE for a partition in the ongoing
+    transaction and TRANSACTION_ABORTABLE for one that is not (Kafka 3.9's
+    answer at both versions), and changes nothing; every other node answers
+    NOT_COORDINATOR. Before v4 was served the connection was closed."""
+    led = setup(cluster3, topic)
+    tid = f"tx-{topic}"
+    p = transactional(cluster3, tid)
+    p.begin_transaction()
+    p.produce(topic, value=b"in", partition=0)
+    assert p.flush(CALL_TIMEOUT) == 0, "record not delivered"
+    # The producer's id and epoch, from its batch on p0's leader.
+    with kwire.Conn("127.0.0.1", cluster3.node(led[0]).kafka_port) as conn:
+        err, _, records = conn.fetch(topic, 0, 0)
+    assert err == kwire.ERR_NONE
+    batch = kwire.parse_batches(records)[0]
+    ask = [kwire.BrokerTxn(tid, batch.producer_id, batch.producer_epoch, True, {topic: [0, 1]})]
+    coordinator = coordinator_of(cluster3, tid)
+    for node in cluster3.nodes:
+        with kwire.Conn("127.0.0.1", node.kafka_port) as conn:
+            assert conn.versions()[kwire.API_ADD_PARTITIONS_TO_TXN] == (0, 5)
+            for version in (4, 5):
+                got = kwire.add_partitions_to_txn_v4(conn, ask, version)
+                if node.id == coordinator:
+                    expected = {(topic, 0): 0, (topic, 1): 120}
+                else:
+                    expected = {(topic, 0): 16, (topic, 1): 16}
+                assert got == (0, {tid: expected}), f"node {node.id} v{version}"
+    p.commit_transaction(CALL_TIMEOUT)
+    assert read_all(Reads(cluster3), topic, PARTITIONS, 1, "read_committed", timeout=90) == ["in"]

@@ -2,7 +2,9 @@
 //! memory): the coordinator of a transactional id on one node, the
 //! transaction's partitions led by all three. A transactional batch on a
 //! node that does not coordinate the id is verified with the coordinator
-//! over a peer call, and the commit's markers reach every leader. The same
+//! over a peer call, and the commit's markers reach every leader; the
+//! same question asked on the wire (AddPartitionsToTxn v4) is answered by
+//! the coordinator only. The same
 //! over real processes and the real transport: tests/test_cluster_transactions.py.
 
 use std::sync::Arc;
@@ -133,6 +135,40 @@ async fn add(
         .collect()
 }
 
+/// AddPartitionsToTxn v4, verify-only, of `topic`-`partition` for each
+/// (topic, partition) on `on`: each one's code.
+async fn verify_v4(
+    on: &Arc<Broker>,
+    (pid, epoch): (i64, i16),
+    partitions: &[(&str, i32)],
+) -> Vec<i16> {
+    let txn = add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_static_str(TID)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_verify_only(true)
+        .with_topics(
+            partitions
+                .iter()
+                .map(|(topic, p)| {
+                    add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                        .with_name(wire_topic(topic))
+                        .with_partitions(vec![*p])
+                })
+                .collect(),
+        );
+    let req = AddPartitionsToTxnRequest::default().with_transactions(vec![txn]);
+    let mut out = roundtrip(on, ApiKey::AddPartitionsToTxn, 4, &req.into()).await;
+    let resp = AddPartitionsToTxnResponse::decode(&mut out, 4).expect("decode");
+    assert_eq!(resp.error_code, 0);
+    resp.results_by_transaction[0]
+        .topic_results
+        .iter()
+        .flat_map(|t| &t.results_by_partition)
+        .map(|p| p.partition_error_code)
+        .collect()
+}
+
 /// EndTxn v3: its code.
 async fn end(coordinator: &Arc<Broker>, (pid, epoch): (i64, i16), commit: bool) -> i16 {
     let end = EndTxnRequest::default()
@@ -161,12 +197,22 @@ async fn a_transaction_is_verified_and_ended_on_partitions_led_by_other_nodes() 
         leaders.push(settled_preferred_leader(&c, "t", p).await);
         settled_preferred_leader(&c, "u", p).await;
     }
-    let coordinator = c.broker(settled_coordinator(&c).await);
+    let at = settled_coordinator(&c).await;
+    let coordinator = c.broker(at);
     let (pid, epoch) = init(coordinator).await;
     assert_eq!(
         add(coordinator, (pid, epoch), "t", vec![0, 1, 2]).await,
         vec![0, 0, 0]
     );
+    // The same question on the wire (AddPartitionsToTxn v4, verify-only):
+    // the coordinator answers per partition, another node NOT_COORDINATOR
+    // (it never forwards).
+    let asked = [("t", 0), ("u", 0)];
+    assert_eq!(verify_v4(coordinator, (pid, epoch), &asked).await, [0, 120]);
+    for other in c.ids().into_iter().filter(|id| *id != at) {
+        let codes = verify_v4(c.broker(other), (pid, epoch), &asked).await;
+        assert_eq!(codes, [16, 16], "node {other}");
+    }
 
     for p in 0..3 {
         let leader = c.broker(leaders[p as usize]);

@@ -447,3 +447,46 @@ async fn credentials_and_quotas_need_their_cluster_operations() {
         assert!(codes(&allowed).iter().all(|&c| c != 31), "{key:?} as admin");
     }
 }
+
+/// AddPartitionsToTxn v4+ comes from brokers: ClusterAction on the cluster,
+/// else the top-level CLUSTER_AUTHORIZATION_FAILED and no results (Kafka's
+/// `authorizeClusterOperation`); Write on the transactional id is not asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_brokers_add_partitions_to_txn_needs_cluster_action() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = secured(dir.path()).await;
+    let verify = AddPartitionsToTxnRequest::default().with_transactions(vec![
+        add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(wire_str("x")))
+            .with_producer_id(ProducerId(7))
+            .with_verify_only(true)
+            .with_topics(vec![
+                add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                    .with_name(wire_topic("t"))
+                    .with_partitions(vec![0]),
+            ]),
+    ]);
+    let answer = |r: ResponseKind| match r {
+        ResponseKind::AddPartitionsToTxn(r) => (
+            r.error_code,
+            r.results_by_transaction
+                .iter()
+                .flat_map(|t| &t.topic_results)
+                .flat_map(|t| &t.results_by_partition)
+                .map(|p| p.partition_error_code)
+                .collect::<Vec<_>>(),
+        ),
+        other => panic!("unexpected answer {other:?}"),
+    };
+    for version in [4, 5] {
+        let body: RequestKind = verify.clone().into();
+        let mut alice = session("User:alice");
+        let denied = call(&b, &mut alice, ApiKey::AddPartitionsToTxn, version, body).await;
+        assert_eq!(answer(denied), (31, vec![]), "v{version} as alice");
+        let body: RequestKind = verify.clone().into();
+        let mut admin = session("User:admin");
+        let allowed = call(&b, &mut admin, ApiKey::AddPartitionsToTxn, version, body).await;
+        // Passed to the coordinator: "x" was never initialised.
+        assert_eq!(answer(allowed), (0, vec![49]), "v{version} as admin");
+    }
+}

@@ -121,11 +121,18 @@ fn for_each_error(body: &ResponseKind, mut f: impl FnMut(i16)) {
         ResponseKind::DeleteTopics(r) => r.responses.iter().for_each(|t| code(t.error_code)),
         ResponseKind::InitProducerId(r) => code(r.error_code),
         ResponseKind::EndTxn(r) => code(r.error_code),
-        ResponseKind::AddPartitionsToTxn(r) => r
-            .results_by_topic_v3_and_below
-            .iter()
-            .flat_map(|t| &t.results_by_partition)
-            .for_each(|p| code(p.partition_error_code)),
+        ResponseKind::AddPartitionsToTxn(r) => {
+            code(r.error_code);
+            r.results_by_topic_v3_and_below
+                .iter()
+                .chain(
+                    r.results_by_transaction
+                        .iter()
+                        .flat_map(|t| &t.topic_results),
+                )
+                .flat_map(|t| &t.results_by_partition)
+                .for_each(|p| code(p.partition_error_code));
+        }
         ResponseKind::FindCoordinator(r) => {
             code(r.error_code);
             r.coordinators.iter().for_each(|c| code(c.error_code));
@@ -238,5 +245,45 @@ mod tests {
         assert_eq!(count("NOT_LEADER_OR_FOLLOWER"), Some(2));
         assert_eq!(count("UNKNOWN_TOPIC_OR_PARTITION"), Some(1));
         assert_eq!(count("NONE"), None);
+    }
+
+    #[test]
+    fn a_brokers_add_partitions_to_txn_counts_its_top_level_and_partition_errors() {
+        use kafka_protocol::messages::AddPartitionsToTxnResponse;
+        use kafka_protocol::messages::add_partitions_to_txn_response::{
+            AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult,
+            AddPartitionsToTxnTopicResult,
+        };
+        let requests = Requests::default();
+        let partitions = [0, 120, 120]
+            .into_iter()
+            .map(|code| {
+                AddPartitionsToTxnPartitionResult::default().with_partition_error_code(code)
+            })
+            .collect();
+        let txn = AddPartitionsToTxnResult::default().with_topic_results(vec![
+            AddPartitionsToTxnTopicResult::default().with_results_by_partition(partitions),
+        ]);
+        let resp = AddPartitionsToTxnResponse::default().with_results_by_transaction(vec![txn]);
+        requests.answered(
+            ApiKey::AddPartitionsToTxn,
+            &ResponseKind::AddPartitionsToTxn(resp),
+        );
+        let denied = AddPartitionsToTxnResponse::default().with_error_code(31);
+        requests.answered(
+            ApiKey::AddPartitionsToTxn,
+            &ResponseKind::AddPartitionsToTxn(denied),
+        );
+        let count = |error| {
+            requests
+                .errors
+                .get(&ErrorLabels {
+                    api: "AddPartitionsToTxn",
+                    error,
+                })
+                .map(|c| c.get())
+        };
+        assert_eq!(count("TRANSACTION_ABORTABLE"), Some(2));
+        assert_eq!(count("CLUSTER_AUTHORIZATION_FAILED"), Some(1));
     }
 }

@@ -21,6 +21,7 @@
 //! TxnOffsetCommit's offsets pending, and the markers written there end
 //! them.
 
+mod add_partitions;
 mod coordinator;
 mod end;
 mod error;
@@ -37,8 +38,11 @@ pub mod service;
 mod state;
 pub mod tooling;
 mod types;
+mod verification;
 mod views;
 pub mod wire;
 
+#[cfg(test)]
+mod add_partitions_tests;
 #[cfg(test)]
 mod tests;

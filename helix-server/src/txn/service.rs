@@ -21,7 +21,7 @@
 //! replica, which this service is given at open (the group service knows
 //! nothing of transactions).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -32,8 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::coordinator::Coordinator;
 use super::error::TxnError;
 use super::markers::{MarkerHost, Route};
-use super::peer;
-use super::request::{AddOffsets, AddPartitions, EndTxn, InitProducerId, TxnRequest};
+use super::request::{AddOffsets, EndTxn, InitProducerId, TxnRequest};
 use super::response::{Answer, MarkerWrite, Proposal, Reply};
 use super::types::{ProducerIdAndEpoch, ProposalId, RequestToken, StatePartition, TopicPartition};
 use super::views::{ListFilter, TxnDescription, TxnListing};
@@ -108,12 +107,12 @@ pub struct TxnService {
     proposers: HashMap<u32, mpsc::UnboundedSender<Queued<ProposalId>>>,
     /// Every `__transaction_state` partition: its group, replicas and local replica.
     partitions: Vec<topics::TopicPartition>,
-    cluster: Arc<ClusterState>,
+    pub(super) cluster: Arc<ClusterState>,
     /// The data partitions markers are written to (through their local
     /// replicas when this node leads them).
     topics: Arc<TopicTable>,
     /// Peers, for markers and verifications on other nodes (`txn::peer`).
-    link: Arc<LinkSlot>,
+    pub(super) link: Arc<LinkSlot>,
     producer_ids: Arc<ProducerIds>,
     /// `__consumer_offsets`: its partition count (AddOffsetsToTxn) and the
     /// replicas markers of offsets in transactions go to.
@@ -297,17 +296,6 @@ impl TxnService {
         }
     }
 
-    /// AddPartitionsToTxn (v0-v3): one answer for the whole request.
-    pub async fn add_partitions(
-        &self,
-        request: AddPartitions,
-    ) -> std::result::Result<(), TxnError> {
-        match self.call(TxnRequest::AddPartitions(request)).await {
-            Answer::AddPartitions(result) => result,
-            other => Err(unexpected(other)),
-        }
-    }
-
     /// AddOffsetsToTxn: the `__consumer_offsets` partition of `group_id`
     /// joins the transaction (answered once durable).
     pub async fn add_offsets(
@@ -341,61 +329,10 @@ impl TxnService {
 
     /// The node leading `transactional_id`'s `__transaction_state`
     /// partition, as this node knows it.
-    fn coordinating_node(&self, transactional_id: &str) -> Option<NodeId> {
+    pub(super) fn coordinating_node(&self, transactional_id: &str) -> Option<NodeId> {
         let index = super::types::state_partition_for(transactional_id, self.state_partitions);
         let p = self.partitions.get(index.0 as usize)?;
         Some(self.cluster.leadership(p.group, p.local.as_deref())?.leader)
-    }
-
-    /// Whether `partition` is in the ongoing transaction of this producer id
-    /// and epoch (KIP-890 part 1, asked before a transactional batch or a
-    /// TxnOffsetCommit is appended), asked of the transactional id's
-    /// coordinator wherever it is; one that cannot be reached is
-    /// NOT_COORDINATOR (each caller answers it retriably).
-    pub async fn verify(
-        &self,
-        transactional_id: &str,
-        producer_id: i64,
-        epoch: i16,
-        partition: TopicPartition,
-    ) -> std::result::Result<(), TxnError> {
-        match self.coordinating_node(transactional_id) {
-            Some(node) if node == self.cluster.me => {
-                self.verify_local(transactional_id, producer_id, epoch, partition)
-                    .await
-            }
-            Some(node) => {
-                let link = self.link.link().ok_or(TxnError::NotCoordinator)?;
-                peer::verify(link, node, transactional_id, producer_id, epoch, &partition).await
-            }
-            None => Err(TxnError::NotCoordinator),
-        }
-    }
-
-    /// [`Self::verify`] answered from this node's coordinator alone (a
-    /// transactional id it does not coordinate is NOT_COORDINATOR).
-    pub(super) async fn verify_local(
-        &self,
-        transactional_id: &str,
-        producer_id: i64,
-        epoch: i16,
-        partition: TopicPartition,
-    ) -> std::result::Result<(), TxnError> {
-        let request = TxnRequest::VerifyPartitions(AddPartitions {
-            transactional_id: transactional_id.to_owned(),
-            producer_id,
-            epoch,
-            partitions: BTreeSet::from([partition]),
-        });
-        match self.call(request).await {
-            Answer::VerifyPartitions(Ok(verdicts)) => verdicts
-                .into_iter()
-                .map(|(_, verdict)| verdict)
-                .find(|v| v.is_err())
-                .unwrap_or(Ok(())),
-            Answer::VerifyPartitions(Err(e)) => Err(e),
-            other => Err(unexpected(other)),
-        }
     }
 
     /// DescribeTransactions for one transactional id, from the
@@ -415,29 +352,40 @@ impl TxnService {
 
     /// Hands one request to the coordinator and waits for its answer.
     async fn call(&self, request: TxnRequest) -> Answer {
-        let (tx, rx) = oneshot::channel();
-        let failed = match &request {
-            TxnRequest::InitProducerId(_) => Answer::InitProducerId(Err(TxnError::NotCoordinator)),
-            TxnRequest::AddPartitions(_) => Answer::AddPartitions(Err(TxnError::NotCoordinator)),
-            TxnRequest::VerifyPartitions(_) => {
-                Answer::VerifyPartitions(Err(TxnError::NotCoordinator))
-            }
-            TxnRequest::AddOffsets(_) => Answer::AddOffsets(Err(TxnError::NotCoordinator)),
-            TxnRequest::EndTxn(_) => Answer::EndTxn(Err(TxnError::NotCoordinator)),
-        };
+        let mut answers = self.call_all(vec![request]).await;
+        match answers.pop() {
+            Some(answer) => answer,
+            None => unreachable!("one answer per request"),
+        }
+    }
+
+    /// Hands every request to the coordinator at once (in order, under one
+    /// lock), then waits for all their answers: a batch takes as long as its
+    /// slowest request, not the sum. One answer per request, in order.
+    pub(super) async fn call_all(&self, requests: Vec<TxnRequest>) -> Vec<Answer> {
+        let mut waiting = Vec::with_capacity(requests.len());
         {
             let mut host = self.lock();
-            host.next_token += 1;
-            let token = RequestToken(host.next_token);
-            host.waiting.insert(token, tx);
-            host.coordinator.handle(token, request, now_ms_unsigned());
+            for request in requests {
+                let failed = failed_answer(&request);
+                let (tx, rx) = oneshot::channel();
+                host.next_token += 1;
+                let token = RequestToken(host.next_token);
+                host.waiting.insert(token, tx);
+                host.coordinator.handle(token, request, now_ms_unsigned());
+                waiting.push((rx, failed));
+            }
             self.drain(&mut host);
         }
-        match rx.await {
-            Ok(reply) => reply.answer,
-            // The service is going away.
-            Err(_) => failed,
+        let mut answers = Vec::with_capacity(waiting.len());
+        for (rx, failed) in waiting {
+            answers.push(match rx.await {
+                Ok(reply) => reply.answer,
+                // The service is going away.
+                Err(_) => failed,
+            });
         }
+        answers
     }
 
     /// Shutdown: every `__transaction_state` partition flushes and closes its log.
@@ -512,7 +460,7 @@ impl SettlesProposals for TxnService {
 
 /// An answer of another kind than the request's: a bug in the coordinator,
 /// answered as Kafka answers an IllegalStateException.
-fn unexpected(answer: Answer) -> TxnError {
+pub(super) fn unexpected(answer: Answer) -> TxnError {
     tracing::error!(
         ?answer,
         "the transaction coordinator answered another kind of request"
@@ -520,6 +468,19 @@ fn unexpected(answer: Answer) -> TxnError {
     TxnError::IllegalTransition {
         from: super::state::TxnState::Empty,
         to: super::state::TxnState::Empty,
+    }
+}
+
+/// What `request` is answered if the service goes away before the
+/// coordinator answers it.
+fn failed_answer(request: &TxnRequest) -> Answer {
+    let error = TxnError::NotCoordinator;
+    match request {
+        TxnRequest::InitProducerId(_) => Answer::InitProducerId(Err(error)),
+        TxnRequest::AddPartitions(_) => Answer::AddPartitions(Err(error)),
+        TxnRequest::VerifyPartitions(_) => Answer::VerifyPartitions(Err(error)),
+        TxnRequest::AddOffsets(_) => Answer::AddOffsets(Err(error)),
+        TxnRequest::EndTxn(_) => Answer::EndTxn(Err(error)),
     }
 }
 

@@ -4,36 +4,30 @@
 //! FindCoordinator for transactional ids, and the ranges ApiVersions adds.
 //!
 //! Served: FindCoordinator key type 1, InitProducerId with a transactional
-//! id, AddPartitionsToTxn v0-v3 (the clients' versions; v4+ are the
-//! brokers' batched and verify-only form), AddOffsetsToTxn v0-v4 and
-//! EndTxn v0-v4. TxnOffsetCommit is the group coordinator's
+//! id, AddPartitionsToTxn v0-v5 (`txn::add_partitions`: v0-v3 the clients',
+//! v4-v5 the brokers' batched and verify-only form), AddOffsetsToTxn v0-v4
+//! and EndTxn v0-v4. TxnOffsetCommit is the group coordinator's
 //! (`group::txn_offsets`); before the group sees one, the dispatch asks
 //! [`verify_txn_offsets`] whether the group's partition is in the
 //! producer's transaction (Kafka 3.9's verification, KIP-890), so no
 //! offsets are left pending without a transaction to end them.
 
-use std::collections::BTreeSet;
-
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
-};
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ProducerId,
 };
 
+use super::add_partitions::ADD_PARTITIONS_VERSIONS;
+pub use super::add_partitions::add_partitions_to_txn;
 use super::error::TxnError;
-use super::request::{AddPartitions, EndTxn};
+use super::request::EndTxn;
 use super::service::TxnService;
 use super::types::{NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ProducerIdAndEpoch, TopicPartition};
 use crate::group::service::{GROUPS_TOPIC, GroupService};
 use crate::group::wire::{KEY_TYPE_TRANSACTION, find_coordinator_of};
-use crate::topics::TopicTable;
 
-/// AddPartitionsToTxn versions served: v0-v3, one transaction per request.
-pub const ADD_PARTITIONS_VERSIONS: (i16, i16) = (0, 3);
 /// AddOffsetsToTxn versions served (v3 is flexible; v4 adds only
 /// TRANSACTION_ABORTABLE, which it never answers here).
 pub const ADD_OFFSETS_VERSIONS: (i16, i16) = (0, 4);
@@ -123,77 +117,6 @@ pub async fn init_producer_id(
         }
         Err(e) => resp.error_code = e.code_at(ApiKey::InitProducerId, version),
     }
-    resp
-}
-
-/// AddPartitionsToTxn v0-v3. Partitions of unknown topics are answered
-/// UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED,
-/// without asking the coordinator (Kafka's `handleAddPartitionsToTxnRequest`);
-/// otherwise every partition gets the coordinator's one code.
-pub async fn add_partitions_to_txn(
-    service: &TxnService,
-    topics: &TopicTable,
-    req: AddPartitionsToTxnRequest,
-    version: i16,
-) -> AddPartitionsToTxnResponse {
-    let mut partitions = BTreeSet::new();
-    let mut unknown = BTreeSet::new();
-    for t in &req.v3_and_below_topics {
-        let name = t.name.0.to_string();
-        let known = topics.get(&name);
-        for &index in &t.partitions {
-            let tp = TopicPartition::new(&name, index);
-            let exists = known
-                .as_ref()
-                .is_some_and(|topic| index >= 0 && (index as usize) < topic.partitions.len());
-            if exists {
-                partitions.insert(tp);
-            } else {
-                unknown.insert(tp);
-            }
-        }
-    }
-    let coordinator_code = if unknown.is_empty() {
-        let request = AddPartitions {
-            transactional_id: req.v3_and_below_transactional_id.0.to_string(),
-            producer_id: req.v3_and_below_producer_id.0,
-            epoch: req.v3_and_below_producer_epoch,
-            partitions,
-        };
-        Some(match service.add_partitions(request).await {
-            Ok(()) => 0,
-            Err(e) => e.code_at(ApiKey::AddPartitionsToTxn, version),
-        })
-    } else {
-        None
-    };
-    let code_for = |tp: &TopicPartition| match coordinator_code {
-        Some(code) => code,
-        None if unknown.contains(tp) => ResponseError::UnknownTopicOrPartition.code(),
-        None => ResponseError::OperationNotAttempted.code(),
-    };
-    let mut resp = AddPartitionsToTxnResponse::default();
-    resp.results_by_topic_v3_and_below = req
-        .v3_and_below_topics
-        .iter()
-        .map(|t| {
-            let name = t.name.0.to_string();
-            AddPartitionsToTxnTopicResult::default()
-                .with_name(t.name.clone())
-                .with_results_by_partition(
-                    t.partitions
-                        .iter()
-                        .map(|&index| {
-                            AddPartitionsToTxnPartitionResult::default()
-                                .with_partition_index(index)
-                                .with_partition_error_code(code_for(&TopicPartition::new(
-                                    &name, index,
-                                )))
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
     resp
 }
 

@@ -1,12 +1,13 @@
 //! The transaction and cluster APIs' checks, as `KafkaApis` makes them:
 //! InitProducerId needs Write on its transactional id, or without one
 //! IdempotentWrite on the cluster or Write on some topic (else
-//! CLUSTER_AUTHORIZATION_FAILED); AddPartitionsToTxn, AddOffsetsToTxn,
+//! CLUSTER_AUTHORIZATION_FAILED); AddPartitionsToTxn v0-v3, AddOffsetsToTxn,
 //! EndTxn and TxnOffsetCommit need Write on the transactional id, plus
 //! Write on each added topic, Read on the group, Read on each committed
 //! topic; DescribeTransactions and ListTransactions show only ids the
-//! principal may Describe; DescribeCluster needs Describe and
-//! WriteTxnMarkers ClusterAction on the cluster.
+//! principal may Describe; DescribeCluster needs Describe, and
+//! WriteTxnMarkers and AddPartitionsToTxn v4+ (a broker's) ClusterAction
+//! on the cluster.
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
@@ -53,14 +54,16 @@ pub(super) fn init_producer_id(access: &Access, req: InitProducerIdRequest) -> C
     Checked::Refused(ResponseKind::InitProducerId(resp))
 }
 
-/// v0-v3 (the clients' versions, all this broker serves).
+/// v0-v3 (the clients' versions): Write on the transactional id and on
+/// each added topic. v4+ (the brokers' batches): ClusterAction on the
+/// cluster only, else the top-level CLUSTER_AUTHORIZATION_FAILED.
 pub(super) fn add_partitions_to_txn(
     access: &Access,
     version: i16,
     req: AddPartitionsToTxnRequest,
 ) -> Checked {
     if version >= 4 {
-        // Broker-to-broker batches: ClusterAction (not served here).
+        // Broker-to-broker batches (`txn::add_partitions`).
         if access.allows_cluster(Operation::ClusterAction) {
             return Checked::Pass(RequestKind::AddPartitionsToTxn(req), None);
         }
