@@ -132,7 +132,8 @@ pub struct SaslConfig {
     pub connections_max_reauth: Duration,
     /// Failed authentications an address may have within a minute before
     /// its new connections to SASL listeners are closed at accept, until
-    /// the minute passes. Zero: no limit (Helix's, ADR 0028).
+    /// the minute passes. Zero (the default, as Kafka has no such limit):
+    /// no limit (Helix's, ADR 0028 slice 5).
     pub max_failed_authentications_per_ip_per_minute: u32,
 }
 
@@ -146,7 +147,7 @@ impl Default for SaslConfig {
             users_file: None,
             failed_authentication_delay: Duration::from_millis(100),
             connections_max_reauth: Duration::ZERO,
-            max_failed_authentications_per_ip_per_minute: 60,
+            max_failed_authentications_per_ip_per_minute: 0,
         }
     }
 }

@@ -174,7 +174,7 @@ pub struct Flags {
     pub connections_max_reauth_ms: Option<u64>,
     /// Failed SASL authentications an address may have in a minute before
     /// its new connections to SASL listeners are closed at accept, until
-    /// the minute passes (default 60; 0: no limit).
+    /// the minute passes (default 0: no limit).
     #[arg(long)]
     pub max_failed_authentications_per_ip_per_minute: Option<u32>,
     /// Kafka's `authorizer.class.name`: `standard` (or Kafka's
