@@ -125,6 +125,16 @@ pub struct SaslConfig {
     pub users_file: Option<PathBuf>,
     /// Kafka's `connection.failed.authentication.delay.ms`.
     pub failed_authentication_delay: Duration,
+    /// Kafka's `connections.max.reauth.ms` (KIP-368): an authenticated
+    /// session lasts this long, then the client re-authenticates on the
+    /// same connection or the connection is closed at its next request.
+    /// Zero: sessions never expire.
+    pub connections_max_reauth: Duration,
+    /// Failed authentications an address may have within a minute before
+    /// its new connections to SASL listeners are closed at accept, until
+    /// the minute passes. Zero (the default, as Kafka has no such limit):
+    /// no limit (Helix's, ADR 0028 slice 5).
+    pub max_failed_authentications_per_ip_per_minute: u32,
 }
 
 /// The mechanisms this broker implements.
@@ -136,6 +146,8 @@ impl Default for SaslConfig {
             enabled_mechanisms: SASL_MECHANISMS.iter().map(|m| m.to_string()).collect(),
             users_file: None,
             failed_authentication_delay: Duration::from_millis(100),
+            connections_max_reauth: Duration::ZERO,
+            max_failed_authentications_per_ip_per_minute: 0,
         }
     }
 }

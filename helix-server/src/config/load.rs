@@ -34,6 +34,8 @@ struct FileConfig {
     sasl_enabled_mechanisms: Option<String>,
     sasl_users_file: Option<PathBuf>,
     connection_failed_authentication_delay_ms: Option<u64>,
+    connections_max_reauth_ms: Option<u64>,
+    max_failed_authentications_per_ip_per_minute: Option<u32>,
     authorizer: Option<String>,
     super_users: Option<String>,
     allow_everyone_if_no_acl_found: Option<bool>,
@@ -347,6 +349,18 @@ impl Config {
             .or(file.connection_failed_authentication_delay_ms)
         {
             c.sasl.failed_authentication_delay = Duration::from_millis(ms);
+        }
+        if let Some(ms) = flags
+            .connections_max_reauth_ms
+            .or(file.connections_max_reauth_ms)
+        {
+            c.sasl.connections_max_reauth = Duration::from_millis(ms);
+        }
+        if let Some(n) = flags
+            .max_failed_authentications_per_ip_per_minute
+            .or(file.max_failed_authentications_per_ip_per_minute)
+        {
+            c.sasl.max_failed_authentications_per_ip_per_minute = n;
         }
         if let Some(name) = flags.authorizer.or(file.authorizer) {
             c.authorizer.set_authorizer(&name)?;

@@ -167,6 +167,16 @@ pub struct Flags {
     /// Kafka's `connection.failed.authentication.delay.ms`.
     #[arg(long)]
     pub connection_failed_authentication_delay_ms: Option<u64>,
+    /// Kafka's `connections.max.reauth.ms` (KIP-368): an authenticated
+    /// SASL session lasts this long before the client must re-authenticate
+    /// on its connection (0, the default: forever).
+    #[arg(long)]
+    pub connections_max_reauth_ms: Option<u64>,
+    /// Failed SASL authentications an address may have in a minute before
+    /// its new connections to SASL listeners are closed at accept, until
+    /// the minute passes (default 0: no limit).
+    #[arg(long)]
+    pub max_failed_authentications_per_ip_per_minute: Option<u32>,
     /// Kafka's `authorizer.class.name`: `standard` (or Kafka's
     /// StandardAuthorizer / AclAuthorizer class name) enforces ACLs;
     /// `none` (default) allows every request.

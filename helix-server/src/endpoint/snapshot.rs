@@ -113,7 +113,7 @@ fn produce_path(f: &mut Families) {
 
 fn counters(f: &mut Families) {
     let c = &metrics().counters;
-    let counters: [(&'static str, &'static str, &AtomicU64); 25] = [
+    let counters: [(&'static str, &'static str, &AtomicU64); 28] = [
         (
             "produce_bytes",
             "Record batch bytes in Produce requests",
@@ -143,6 +143,21 @@ fn counters(f: &mut Families) {
             "sasl_authentication_failures",
             "SASL authentications refused",
             &c.sasl_authentication_failures,
+        ),
+        (
+            "sasl_reauthentications",
+            "SASL re-authentications completed (KIP-368)",
+            &c.sasl_reauthentications,
+        ),
+        (
+            "sasl_expired_sessions_closed",
+            "Connections closed: SASL session ended without re-authentication",
+            &c.sasl_expired_sessions_closed,
+        ),
+        (
+            "sasl_failed_address_refusals",
+            "SASL connections closed at accept: the address failed too often",
+            &c.sasl_failed_address_refusals,
         ),
         (
             "authorizer_allowed",

@@ -103,6 +103,13 @@ pub async fn serve(
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
+    if let (Some(ip), Some(sasl)) = (peer_ip, &listener.sasl)
+        && sasl.refuses(ip)
+    {
+        Metrics::count(&metrics().counters.sasl_failed_address_refusals, 1);
+        log_refusal(ip);
+        return;
+    }
     let _ = stream.set_nodelay(true);
     let _open = OpenConnection::new();
     let Some(acceptor) = listener
@@ -136,6 +143,23 @@ pub async fn serve(
     let (reader, writer) = tokio::io::split(tls);
     serve_stream(broker, reader, writer, session, peer, shutdown, ticket).await
 }
+
+/// Logs a refusal for failed authentications, at most once per
+/// [`REFUSAL_LOG_INTERVAL`] for the whole node (a flood must not flood the
+/// log); the metric counts them all.
+fn log_refusal(ip: std::net::IpAddr) {
+    static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    let now = Instant::now();
+    if last.is_some_and(|t| now.duration_since(t) < REFUSAL_LOG_INTERVAL) {
+        return;
+    }
+    *last = Some(now);
+    tracing::warn!(%ip, "closing connection at accept: its address failed SASL authentication too often (max_failed_authentications_per_ip_per_minute; logged once per 10 s, see helix_sasl_failed_address_refusals)");
+}
+
+/// How often refusals for failed authentications are logged at most.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The request loop over a connection's two halves (TCP or TLS).
 async fn serve_stream<R, W>(
@@ -228,6 +252,14 @@ async fn serve_stream<R, W>(
         let api = api_of(&frame);
         if let Some((key, version)) = api {
             m.requests.started(key, version);
+        }
+        // KIP-368: a session that ended is closed at its next request,
+        // unless that request is the SaslHandshake re-authenticating it.
+        if api.is_none_or(|(key, _)| key != ApiKey::SaslHandshake) && session.sasl_expired(read_at)
+        {
+            Metrics::count(&m.counters.sasl_expired_sessions_closed, 1);
+            tracing::info!(%peer, principal = ?session.principal, "closing connection: its SASL session ended without re-authentication (connections_max_reauth_ms)");
+            break;
         }
         let is_produce = api.is_some_and(|(key, _)| key == ApiKey::Produce);
         let turn = order.next(api.map(|(key, _)| key));

@@ -169,7 +169,7 @@ pub fn sasl_token(
     let Some(sasl) = session.sasl.as_mut() else {
         return Err(Close("SASL token on a listener without SASL".into()));
     };
-    match sasl.raw_token(&token) {
+    match sasl.raw_token(&token, std::time::Instant::now()) {
         Ok((reply, user)) => {
             if let Some(user) = user {
                 session.principal = Some(format!("User:{user}"));
@@ -180,12 +180,7 @@ pub fn sasl_token(
             Ok(ready(Ok(Bytes::from(frame))))
         }
         Err(why) => {
-            crate::metrics::Metrics::count(
-                &crate::metrics::metrics()
-                    .counters
-                    .sasl_authentication_failures,
-                1,
-            );
+            session.sasl_failed();
             Err(Close(format!("SASL authentication failed: {why}")))
         }
     }
@@ -216,13 +211,16 @@ fn sasl_step(
     let Some(sasl) = session.sasl.as_mut() else {
         return Err(Close("SASL request on a listener without SASL".into()));
     };
+    let now = std::time::Instant::now();
     let (body, failed) = match kind {
-        RequestKind::SaslHandshake(req) => match sasl.handshake(&req, r.version).map_err(Close)? {
-            Step::Answer(resp) => (ResponseKind::SaslHandshake(resp), false),
-            Step::Fail(resp) => (ResponseKind::SaslHandshake(resp), true),
-        },
+        RequestKind::SaslHandshake(req) => {
+            match sasl.handshake(&req, r.version, now).map_err(Close)? {
+                Step::Answer(resp) => (ResponseKind::SaslHandshake(resp), false),
+                Step::Fail(resp) => (ResponseKind::SaslHandshake(resp), true),
+            }
+        }
         RequestKind::SaslAuthenticate(req) => {
-            let (step, user) = sasl.authenticate(&req).map_err(Close)?;
+            let (step, user) = sasl.authenticate(&req, r.version, now).map_err(Close)?;
             if let Some(user) = user {
                 tracing::debug!(%user, listener = %session.listener.config.name, "SASL authenticated");
                 session.principal = Some(format!("User:{user}"));
@@ -237,12 +235,7 @@ fn sasl_step(
     if !failed {
         return Ok(Box::pin(async move { r.respond(body) }));
     }
-    crate::metrics::Metrics::count(
-        &crate::metrics::metrics()
-            .counters
-            .sasl_authentication_failures,
-        1,
-    );
+    session.sasl_failed();
     session.close_after_answer = true;
     let delay = broker.config.sasl.failed_authentication_delay;
     Ok(Box::pin(async move {

@@ -11,6 +11,7 @@ use kafka_protocol::messages::ResponseKind;
 use rustls::ServerConfig;
 
 use super::sasl::credentials::Credentials;
+use super::sasl::failures::FailedAuthentications;
 use super::sasl::{SaslServer, SaslSession};
 use crate::config::listeners::advertised_addresses;
 use crate::config::{Config, ListenerConfig, SecurityProtocol};
@@ -51,10 +52,17 @@ impl Listener {
             None
         };
         let sasl = match (&config.sasl.users_file, needs(SecurityProtocol::uses_sasl)) {
-            (Some(path), true) => Some(Arc::new(SaslServer {
-                mechanisms: config.sasl.enabled_mechanisms.clone(),
-                credentials: Credentials::load(path)?,
-            })),
+            (Some(path), true) => {
+                let mut server = SaslServer::new(
+                    config.sasl.enabled_mechanisms.clone(),
+                    Credentials::load(path)?,
+                );
+                server.session_lifetime = config.sasl.connections_max_reauth;
+                server.failures = std::sync::Mutex::new(FailedAuthentications::new(
+                    config.sasl.max_failed_authentications_per_ip_per_minute,
+                ));
+                Some(Arc::new(server))
+            }
             _ => None,
         };
         config
@@ -237,6 +245,18 @@ impl Session {
         self.sasl
             .as_ref()
             .is_some_and(SaslSession::expects_raw_token)
+    }
+
+    /// The SASL session ended without a re-authentication (KIP-368).
+    pub fn sasl_expired(&self, now: std::time::Instant) -> bool {
+        self.sasl.as_ref().is_some_and(|s| s.expired(now))
+    }
+
+    /// Counts a failed authentication against the metric and the address.
+    pub fn sasl_failed(&self) {
+        if let Some(server) = &self.listener.sasl {
+            server.failed(self.peer);
+        }
     }
 
     /// Requests other than ApiVersions and SASL may be served.

@@ -94,6 +94,16 @@ pub struct Counters {
     /// SASL authentications refused (wrong password, unknown user, bad
     /// exchange).
     pub sasl_authentication_failures: AtomicU64,
+    /// SASL re-authentications completed (KIP-368).
+    pub sasl_reauthentications: AtomicU64,
+    /// Connections closed because their SASL session ended without a
+    /// re-authentication (`connections_max_reauth_ms`; Kafka's
+    /// `expired-connections-killed-count`).
+    pub sasl_expired_sessions_closed: AtomicU64,
+    /// Connections to SASL listeners closed at accept because their address
+    /// failed to authenticate too often
+    /// (`max_failed_authentications_per_ip_per_minute`).
+    pub sasl_failed_address_refusals: AtomicU64,
     /// Authorizer decisions that allowed an action (ADR 0028, slice 2).
     pub authorizer_allowed: AtomicU64,
     /// Authorizer decisions that denied an action.
