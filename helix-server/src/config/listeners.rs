@@ -132,10 +132,18 @@ pub struct SaslConfig {
     pub connections_max_reauth: Duration,
     /// Failed authentications an address may have within a minute before
     /// its new connections to SASL listeners are closed at accept, until
-    /// the minute passes. Zero (the default, as Kafka has no such limit):
-    /// no limit (Helix's, ADR 0028 slice 5).
+    /// the minute passes (Helix's, ADR 0028 slice 5). The default,
+    /// [`DEFAULT_MAX_FAILED_AUTHENTICATIONS_PER_IP_PER_MINUTE`], is above
+    /// what one client retrying a wrong password makes and far below a
+    /// flood; zero: no limit, as on Kafka.
     pub max_failed_authentications_per_ip_per_minute: u32,
 }
+
+/// librdkafka given a wrong password reconnects about ten times a second
+/// (600 failures a minute): one such client must not get its host's other
+/// clients refused, while a flood of parallel attempts from one address is
+/// cut to under 17 a second.
+pub const DEFAULT_MAX_FAILED_AUTHENTICATIONS_PER_IP_PER_MINUTE: u32 = 1000;
 
 /// The mechanisms this broker implements.
 pub const SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
@@ -147,7 +155,8 @@ impl Default for SaslConfig {
             users_file: None,
             failed_authentication_delay: Duration::from_millis(100),
             connections_max_reauth: Duration::ZERO,
-            max_failed_authentications_per_ip_per_minute: 0,
+            max_failed_authentications_per_ip_per_minute:
+                DEFAULT_MAX_FAILED_AUTHENTICATIONS_PER_IP_PER_MINUTE,
         }
     }
 }
