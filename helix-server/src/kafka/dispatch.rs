@@ -155,16 +155,15 @@ async fn start_timed(
         (!exempt).then_some(time),
     );
     let access = Access::of(broker, session.principal.as_deref(), session.peer);
-    let kind = match &access {
-        None => kind,
+    let operations = authorize::operations::answer(&kind, request.version, access.as_ref());
+    let (kind, merge) = match &access {
+        None => (kind, None),
         Some(a) => match authorize::check(a, request.version, kind) {
-            Checked::Pass(kind, merge) => {
-                request.merge = std::sync::Mutex::new(merge);
-                kind
-            }
+            Checked::Pass(kind, merge) => (kind, merge),
             Checked::Refused(body) => return Ok(Box::pin(async move { request.respond(body) })),
         },
     };
+    request.merge = std::sync::Mutex::new(authorize::operations::chain(operations, merge));
     if request.key == ApiKey::Produce {
         request.throttle.produce_bytes(frame_len);
     }
