@@ -64,7 +64,7 @@ pub struct Broker {
     /// every request (ADR 0028, slice 2).
     pub authorizer: Option<crate::acl::authorizer::Authorizer>,
     /// Client quota rates measured on this node (KIP-13, KIP-219).
-    pub quotas: crate::quota::ClientQuotas,
+    pub quotas: Arc<crate::quota::ClientQuotas>,
 }
 
 impl Broker {
@@ -225,7 +225,7 @@ impl Broker {
             admin: TopicAdmin::new(&config, cluster.clone(), controller.clone(), topics.clone()),
             cleaner_stats: Arc::default(),
             authorizer: crate::acl::authorizer::Authorizer::from_config(&config.authorizer),
-            quotas: crate::quota::ClientQuotas::new(controller.clone()),
+            quotas: Arc::new(crate::quota::ClientQuotas::new(controller.clone())),
             producer_ids,
             backpressure,
             request_budget: crate::budget::RequestBudget::new(config.queued_max_request_bytes),

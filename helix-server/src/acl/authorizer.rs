@@ -58,6 +58,18 @@ impl Authorizer {
         allowed
     }
 
+    /// [`Authorizer::authorize`], uncounted and unlogged.
+    pub fn permits(
+        &self,
+        acls: &AclTable,
+        who: &Requester<'_>,
+        op: Operation,
+        t: ResourceType,
+        name: &str,
+    ) -> bool {
+        self.decide(acls, who, op, t, name)
+    }
+
     /// Whether `who` may do `op` on some resource of type `t` (Kafka's
     /// `authorizeByResourceType`: an idempotent producer needs Write on
     /// any topic): a super user or a resource open to all may; otherwise

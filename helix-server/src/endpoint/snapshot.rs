@@ -113,7 +113,7 @@ fn produce_path(f: &mut Families) {
 
 fn counters(f: &mut Families) {
     let c = &metrics().counters;
-    let counters: [(&'static str, &'static str, &AtomicU64); 28] = [
+    let counters: [(&'static str, &'static str, &AtomicU64); 31] = [
         (
             "produce_bytes",
             "Record batch bytes in Produce requests",
@@ -188,6 +188,21 @@ fn counters(f: &mut Families) {
             "quota_mutes",
             "Times a connection stopped reading because its client went past a quota",
             &c.quota_mutes,
+        ),
+        (
+            "quota_throttles_produce",
+            "Answers throttled because their client went past its producer_byte_rate",
+            &c.quota_throttles_produce,
+        ),
+        (
+            "quota_throttles_fetch",
+            "Answers throttled because their client went past its consumer_byte_rate",
+            &c.quota_throttles_fetch,
+        ),
+        (
+            "quota_throttles_request",
+            "Answers throttled because their client went past its request_percentage",
+            &c.quota_throttles_request,
         ),
         (
             "backpressure_timeouts",

@@ -19,12 +19,10 @@ use super::types::{CoordinatorPartition, ReplyTo};
 
 /// Every classic-group group type Helix has.
 const GROUP_TYPE: &str = "classic";
-/// DescribeGroups v3+ when operations were not asked for (Kafka's
-/// `Integer.MIN_VALUE`).
+/// DescribeGroups v3+ answers Kafka's `Integer.MIN_VALUE` here; the
+/// operations asked for are the authorizer's, filled in by the Kafka
+/// front end (`kafka::authorize::operations`).
 const OPERATIONS_OMITTED: i32 = i32::MIN;
-/// Without ACLs every group operation is allowed: READ, DELETE, DESCRIBE,
-/// DESCRIBE_CONFIGS, ALTER_CONFIGS (Kafka's AclOperation codes).
-const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11);
 
 impl Coordinator {
     pub(super) fn list_groups(&mut self, reply: ReplyTo, request: ListGroupsRequest) {
@@ -77,11 +75,7 @@ impl Coordinator {
         for group_id in &request.groups {
             let mut described = DescribedGroup::default().with_group_id(group_id.clone());
             if version >= 3 {
-                described.authorized_operations = if request.include_authorized_operations {
-                    ALL_GROUP_OPERATIONS
-                } else {
-                    OPERATIONS_OMITTED
-                };
+                described.authorized_operations = OPERATIONS_OMITTED;
             }
             let found = self.shard_of(&group_id.0).map(|(_, shard)| {
                 shard

@@ -11,7 +11,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
@@ -24,13 +23,13 @@ use super::authorize::{Access, Checked, Merge};
 use super::context::{Administering, Partitions, Producing, Routing};
 use super::sasl::Step;
 use super::segmented::{self, Frame, encode};
-use super::session::{Listener, QuotaCharge, Session};
+use super::session::{Listener, Session};
+use super::throttle::{self, Throttle};
 use super::{
     acls, api_versions, authorize, client_quotas, configs, describe_cluster, fetch, list_offsets,
     metadata, produce, producer_state, records, scram_credentials, topics,
 };
 use crate::broker::Broker;
-use crate::controller::quotas::QuotaKey;
 use crate::error::Result;
 use crate::group::service::GroupService;
 use crate::group::wire::KEY_TYPE_TRANSACTION;
@@ -111,10 +110,25 @@ pub async fn start(
 /// ([`decode_body`]), then the SASL exchange ([`sasl_step`]), or the
 /// ACLs ([`authorize::check`], when an authorizer is configured) and the
 /// API's handler ([`route`]).
+///
+/// The time spent in this and in the returned future's polls is the
+/// request's handler time ([`throttle::HandlerTime`]).
 pub async fn start_from(
     broker: &Arc<Broker>,
     frame: Bytes,
     session: &mut Session,
+) -> std::result::Result<PendingResponse, Close> {
+    let time = Arc::new(throttle::HandlerTime::default());
+    let started = Box::pin(start_timed(broker, frame, session, time.clone()));
+    let pending = throttle::Timed::new(time.clone(), started, false).await?;
+    Ok(Box::pin(throttle::Timed::new(time, pending, true)))
+}
+
+async fn start_timed(
+    broker: &Arc<Broker>,
+    frame: Bytes,
+    session: &mut Session,
+    time: Arc<throttle::HandlerTime>,
 ) -> std::result::Result<PendingResponse, Close> {
     let sasl_listener = session.sasl.is_some();
     let frame_len = frame.len();
@@ -133,28 +147,25 @@ pub async fn start_from(
     {
         request.listener = Some((broker.config.node_id, session.listener.clone()));
     }
+    let exempt = throttle::exempt(request.key, session.authenticated());
+    request.throttle = Throttle::new(
+        broker.quotas.clone(),
+        session.quota_charge(),
+        request.client_id(),
+        (!exempt).then_some(time),
+    );
     let access = Access::of(broker, session.principal.as_deref(), session.peer);
-    let kind = match &access {
-        None => kind,
+    let operations = authorize::operations::answer(&kind, request.version, access.as_ref());
+    let (kind, merge) = match &access {
+        None => (kind, None),
         Some(a) => match authorize::check(a, request.version, kind) {
-            Checked::Pass(kind, merge) => {
-                request.merge = std::sync::Mutex::new(merge);
-                kind
-            }
+            Checked::Pass(kind, merge) => (kind, merge),
             Checked::Refused(body) => return Ok(Box::pin(async move { request.respond(body) })),
         },
     };
-    request.quota = Some(session.quota_charge());
+    request.merge = std::sync::Mutex::new(authorize::operations::chain(operations, merge));
     if request.key == ApiKey::Produce {
-        // KIP-219: the request's bytes count at once; a client past its
-        // quota is answered with the wait and not read until it passes.
-        let wait = broker.quotas.record(
-            QuotaKey::ProducerByteRate,
-            session.quota_user(),
-            &request.client_id(),
-            frame_len as f64,
-        );
-        request.throttle(wait);
+        request.throttle.produce_bytes(frame_len);
     }
     route(broker, request, kind, session.peer, sasl_listener, access).await
 }
@@ -256,36 +267,19 @@ struct Request {
     /// The authorizer's error entries (or filter) for the answer
     /// ([`authorize::check`]); taken by the one `respond`.
     merge: std::sync::Mutex<Option<Merge>>,
-    /// Set once the request is authenticated and routed.
-    quota: Option<QuotaCharge>,
-    /// A quota's throttle (KIP-219), answered in `throttle_time_ms`.
-    throttle_ms: i32,
+    /// Its quota charges and their throttle (KIP-219), answered in
+    /// `throttle_time_ms`; charged once the request is authenticated.
+    throttle: Throttle,
 }
 
 impl Request {
-    /// The client went past a quota: its answer says how long to wait,
-    /// and its connection is not read until then.
-    fn throttle(&mut self, wait: Duration) {
-        if wait.is_zero() {
-            return;
-        }
-        self.throttle_ms = self
-            .throttle_ms
-            .max(i32::try_from(wait.as_millis()).unwrap_or(i32::MAX));
-        if let Some(q) = &self.quota {
-            q.mute(wait);
-        }
-    }
-
     /// Encodes `body` as this request's answer, counting its error codes.
     fn respond(&self, mut body: ResponseKind) -> Result<Option<Frame>> {
         self.apply_merge(&mut body);
         if let Some((me, listener)) = &self.listener {
             listener.name_nodes_in(&mut body, *me);
         }
-        if let ResponseKind::Produce(r) = &mut body {
-            r.throttle_time_ms = r.throttle_time_ms.max(self.throttle_ms);
-        }
+        self.throttle.answer(&mut body);
         crate::metrics::metrics().requests.answered(self.key, &body);
         encode(self.key, self.version, self.header.correlation_id, &body)
             .map(|b| Some(Frame::whole(b)))
@@ -354,8 +348,7 @@ fn read_header(mut frame: Bytes, sasl_listener: bool) -> std::result::Result<Hea
             header,
             listener: None,
             merge: std::sync::Mutex::new(None),
-            quota: None,
-            throttle_ms: 0,
+            throttle: Throttle::default(),
         },
         frame,
     ))
@@ -515,7 +508,7 @@ async fn route(
 
 /// Fetch is encoded around the WAL's bytes (`segmented`), not copied into
 /// a response body; its error codes are counted here.
-fn fetch_answer(b: Arc<Broker>, mut r: Request, req: FetchRequest) -> PendingResponse {
+fn fetch_answer(b: Arc<Broker>, r: Request, req: FetchRequest) -> PendingResponse {
     Box::pin(async move {
         let mut answer =
             ResponseKind::Fetch(fetch::handle(Partitions::of(&b), req, r.version).await);
@@ -525,11 +518,7 @@ fn fetch_answer(b: Arc<Broker>, mut r: Request, req: FetchRequest) -> PendingRes
                 "a fetch answer merged into another kind".into(),
             ));
         };
-        if let Some(q) = &r.quota {
-            let wait = fetch::charge_quota(&b.quotas, &q.user, &r.client_id(), &mut resp);
-            r.throttle(wait);
-        }
-        resp.throttle_time_ms = resp.throttle_time_ms.max(r.throttle_ms);
+        r.throttle.fetch(&mut resp);
         crate::metrics::metrics().requests.fetch_answered(
             std::iter::once(resp.error_code).chain(
                 resp.responses

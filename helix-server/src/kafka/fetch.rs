@@ -26,10 +26,8 @@ use super::leader_hint::{self, NamedLeaders};
 use super::legacy;
 use super::metadata::broker_id;
 use super::wire_str;
-use crate::controller::quotas::QuotaKey;
 use crate::metrics::{Metrics, metrics};
 use crate::offset::Offset;
-use crate::quota::ClientQuotas;
 use crate::replica::Partition;
 use crate::topics::{Topic, replica};
 
@@ -43,31 +41,6 @@ const MAX_WAIT: Duration = Duration::from_secs(30);
 
 /// Fetch's `isolation_level` for read_committed.
 const READ_COMMITTED: i8 = 1;
-
-/// Counts the answer's record bytes against the consumer's quota, as
-/// Kafka: past it, the data stays unsent (and uncounted), the answer is
-/// empty and the wait is returned (KIP-219).
-pub fn charge_quota(
-    quotas: &ClientQuotas,
-    user: &str,
-    client_id: &str,
-    resp: &mut FetchResponse,
-) -> Duration {
-    let bytes: usize = resp
-        .responses
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .filter_map(|p| p.records.as_ref())
-        .map(|r| r.len())
-        .sum();
-    let bytes = bytes as f64;
-    let wait = quotas.record(QuotaKey::ConsumerByteRate, user, client_id, bytes);
-    if !wait.is_zero() {
-        quotas.record(QuotaKey::ConsumerByteRate, user, client_id, -bytes);
-        resp.responses.clear();
-    }
-    wait
-}
 
 pub async fn handle(node: Partitions<'_>, req: FetchRequest, version: i16) -> FetchResponse {
     Metrics::count(&metrics().counters.fetch_requests, 1);

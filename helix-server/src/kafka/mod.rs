@@ -26,6 +26,7 @@ pub mod sasl;
 pub mod scram_credentials;
 pub mod segmented;
 pub mod session;
+pub mod throttle;
 pub mod tls;
 pub mod topics;
 

@@ -168,6 +168,7 @@ impl Listener {
 
 /// Who a request's use of quotas is counted against, and the mute of its
 /// connection (KIP-219), carried by the request past the read loop.
+#[derive(Debug)]
 pub struct QuotaCharge {
     pub user: String,
     mute: Arc<Mutex<Option<tokio::time::Instant>>>,

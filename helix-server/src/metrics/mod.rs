@@ -119,6 +119,13 @@ pub struct Counters {
     /// Times a connection stopped reading because its client went past a
     /// quota (KIP-219 mutes).
     pub quota_mutes: AtomicU64,
+    /// Answers throttled because their client went past its
+    /// `producer_byte_rate` (ADR 0028, slice 4).
+    pub quota_throttles_produce: AtomicU64,
+    /// Answers throttled by `consumer_byte_rate`.
+    pub quota_throttles_fetch: AtomicU64,
+    /// Answers throttled by `request_percentage` (ADR 0028, slice 5).
+    pub quota_throttles_request: AtomicU64,
     /// Requests whose connection stopped reading until the node's request
     /// byte budget had room (`queued_max_request_bytes`).
     pub request_budget_waits: AtomicU64,
