@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 import clients
 import harness
@@ -299,6 +299,36 @@ def test_a_keyless_record_is_refused_on_a_compacted_topic(compacting_broker, top
     assert len(result) == 2
     assert result[0] is not None and result[0].code() == KafkaError.INVALID_RECORD, result[0]
     assert result[1] is None, result[1]
+
+
+def test_keyless_records_are_named_and_the_rest_of_their_batch_retried(compacting_broker, topic):
+    """KIP-467, as librdkafka's own test 0011 (test_message_single_partition_record_fail)
+    checks it: the topic becomes compacted by IncrementalAlterConfigs APPEND
+    (cleanup.policy "delete" -> "delete,compact"); one batch of 100 records,
+    every tenth without a key: the broker names those ten in `record_errors`,
+    so the client fails exactly them with INVALID_RECORD and the other 90 with
+    _INVALID_DIFFERENT_RECORD (they were in a refused batch, not invalid).
+    Before: APPEND was refused and every record failed with INVALID_RECORD."""
+    b = compacting_broker
+    clients.create_topic(b.bootstrap, topic, 1)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    resource = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    described = admin.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)].result(30)
+    assert described["cleanup.policy"].value == "delete,compact"
+    p = Producer({**clients.RDKAFKA, "bootstrap.servers": b.bootstrap, "acks": "all", "retries": 0,
+                  "linger.ms": 1000, "batch.num.messages": 1000, "message.timeout.ms": 20_000})
+    result: dict[int, KafkaError | None] = {}
+    for i in range(100):
+        p.produce(topic, partition=0, value=f"v{i}".encode(), key=None if i % 10 == 0 else f"k{i}".encode(),
+                  on_delivery=lambda err, msg, i=i: result.__setitem__(i, err))
+    assert p.flush(30) == 0
+    assert len(result) == 100
+    invalid = sorted(i for i, e in result.items() if e is not None and e.code() == KafkaError.INVALID_RECORD)
+    assert invalid == list(range(0, 100, 10)), result
+    others = [e.code() if e else None for i, e in result.items() if i % 10 != 0]
+    assert set(others) == {KafkaError._INVALID_DIFFERENT_RECORD}, others
 
 
 def test_kill9_during_and_after_cleaning_keeps_the_latest_value_per_key(compacting_broker, topic):

@@ -45,6 +45,11 @@ pub enum HelixError {
     MessageTooLarge(usize, i32),
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// INVALID_RECORD naming the records at fault by their index in the
+    /// batch (ProduceResponse v8+ `record_errors`, KIP-467): a client fails
+    /// those with INVALID_RECORD and the rest of the batch as retriable.
+    #[error("invalid record: {message}")]
+    InvalidRecords { message: String, indexes: Vec<i32> },
     /// Stored data a reader cannot be given in its format (zstd for a
     /// Fetch v0-v3 reader).
     #[error("unsupported compression type: {0}")]
@@ -139,7 +144,9 @@ impl HelixError {
             HelixError::InvalidConfig(_) => ResponseError::InvalidConfig,
             HelixError::CorruptBatch(_) => ResponseError::CorruptMessage,
             HelixError::MessageTooLarge(..) => ResponseError::MessageTooLarge,
-            HelixError::InvalidRecord(_) => ResponseError::InvalidRecord,
+            HelixError::InvalidRecord(_) | HelixError::InvalidRecords { .. } => {
+                ResponseError::InvalidRecord
+            }
             HelixError::UnsupportedCompressionType(_) => ResponseError::UnsupportedCompressionType,
             HelixError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
             HelixError::DuplicateSequence => ResponseError::DuplicateSequenceNumber,

@@ -256,8 +256,55 @@ pub async fn alter(node: Administering<'_>, req: AlterConfigsRequest) -> AlterCo
 
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
 
-/// IncrementalAlterConfigs: SET and DELETE on top of the current overrides.
+/// The topic configs of Kafka's LIST type, with their `LogConfig`
+/// defaults: the ones APPEND and SUBTRACT apply to.
+fn list_default(name: &str) -> Option<&'static str> {
+    match name {
+        "cleanup.policy" => Some("delete"),
+        "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
+            Some("")
+        }
+        _ => None,
+    }
+}
+
+/// APPEND (`append`) or SUBTRACT the comma-separated `value` to or from
+/// the list config `name`, starting from its override or else its default,
+/// as Kafka's `ConfigAdminManager.prepareIncrementalConfigs` does.
+fn edit_list(
+    configs: &mut std::collections::BTreeMap<String, String>,
+    name: &str,
+    value: &str,
+    append: bool,
+) -> Result<(), HelixError> {
+    let Some(default) = list_default(name) else {
+        let verb = if append { "append" } else { "subtract" };
+        return Err(HelixError::InvalidConfig(format!(
+            "Config value {verb} is not allowed for config key: {name}"
+        )));
+    };
+    let old = configs.get(name).map_or(default, String::as_str);
+    let mut items: Vec<&str> = old.split(',').filter(|s| !s.is_empty()).collect();
+    let given = value.split(',');
+    if append {
+        for v in given {
+            if !items.contains(&v) {
+                items.push(v);
+            }
+        }
+    } else {
+        let removed: Vec<&str> = given.collect();
+        items.retain(|i| !removed.contains(i));
+    }
+    configs.insert(name.to_string(), items.join(","));
+    Ok(())
+}
+
+/// IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT on top of the
+/// current overrides.
 pub async fn incremental_alter(
     node: Administering<'_>,
     req: IncrementalAlterConfigsRequest,
@@ -283,9 +330,12 @@ pub async fn incremental_alter(
                     (OP_DELETE, _) => {
                         configs.remove(c.name.as_str());
                     }
+                    (op @ (OP_APPEND | OP_SUBTRACT), Some(v)) => {
+                        edit_list(&mut configs, c.name.as_str(), v.as_str(), op == OP_APPEND)?;
+                    }
                     (op, _) => {
                         return Err(HelixError::InvalidConfig(format!(
-                            "operation {op} on {} is not supported (only SET and DELETE)",
+                            "operation {op} on {} needs a value, or is unknown",
                             c.name.as_str()
                         )));
                     }
@@ -327,6 +377,25 @@ mod tests {
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 
     use super::*;
+
+    #[test]
+    fn append_and_subtract_edit_a_list_config_from_its_default_as_kafka_does() {
+        let mut configs = std::collections::BTreeMap::new();
+        edit_list(&mut configs, "cleanup.policy", "compact", true).expect("append");
+        assert_eq!(
+            configs["cleanup.policy"], "delete,compact",
+            "from the default"
+        );
+        edit_list(&mut configs, "cleanup.policy", "compact,delete", true).expect("append");
+        assert_eq!(configs["cleanup.policy"], "delete,compact", "no item twice");
+        edit_list(&mut configs, "cleanup.policy", "delete", false).expect("subtract");
+        assert_eq!(configs["cleanup.policy"], "compact");
+        let refused = edit_list(&mut configs, "retention.ms", "1", true);
+        assert!(
+            matches!(&refused, Err(HelixError::InvalidConfig(m)) if m == "Config value append is not allowed for config key: retention.ms"),
+            "{refused:?}"
+        );
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_broker_describes_its_cleaner_settings_with_what_they_mean_here() {

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use kafka_protocol::messages::produce_request::PartitionProduceData;
 use kafka_protocol::messages::produce_response::{
-    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
 use kafka_protocol::messages::{
     InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
@@ -399,6 +400,9 @@ pub async fn enqueue(
                     Err(e) => {
                         r.error_code = e.kafka_code();
                         r.error_message = Some(wire_str(&e.message()));
+                        if let HelixError::InvalidRecords { message, indexes } = &e {
+                            r.record_errors = record_errors(indexes, message);
+                        }
                         if version >= KIP_951_PRODUCE && leader_hint::produce_wants_hint(&e) {
                             let hint =
                                 leader_hint::current_leader(&cluster, topic.as_deref(), index);
@@ -464,4 +468,19 @@ pub async fn init_producer_id(
         Err(e) => resp.error_code = e.kafka_code(),
     }
     resp
+}
+
+/// ProduceResponse v8+ `record_errors` (KIP-467): the records at fault by
+/// their index in the batch, each with the reason (older versions drop the
+/// field, and their clients fail the whole batch).
+fn record_errors(indexes: &[i32], message: &str) -> Vec<BatchIndexAndErrorMessage> {
+    let message = wire_str(message);
+    indexes
+        .iter()
+        .map(|&i| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(i)
+                .with_batch_index_error_message(Some(message.clone()))
+        })
+        .collect()
 }

@@ -137,21 +137,30 @@ fn validate_batches(
 
 /// Refuses a batch holding a record without a key, for a topic whose
 /// `cleanup.policy` includes `compact` (Kafka's `LogValidator`:
-/// INVALID_RECORD, "Compacted topic cannot accept message without key").
-/// Walks the records as a stream, nothing kept. Control batches carry
-/// keys of their own and are not checked (clients may not send them).
+/// INVALID_RECORD, "Compacted topic cannot accept message without key"),
+/// naming every such record by its index in the batch as Kafka does, so
+/// a client fails those and retries the rest. Walks the records as a
+/// stream; the indexes kept are bounded by the batch's own record count.
+/// Control batches carry keys of their own and are not checked (clients
+/// may not send them).
 pub fn require_keys(batch: &[u8]) -> Result<()> {
-    let mut keyless = None;
+    let mut keyless = Vec::new();
+    let mut index = 0i32;
     super::records::walk(batch, |r| {
         if !r.has_key {
-            keyless = Some(r.offset_delta);
+            keyless.push(index);
         }
-        keyless.is_none()
+        index = index.saturating_add(1);
+        true
     })?;
-    match keyless {
-        Some(delta) => Err(HelixError::InvalidRecord(format!(
-            "Compacted topic cannot accept message without key (record {delta} of the batch)"
-        ))),
+    match keyless.first() {
+        Some(first) => Err(HelixError::InvalidRecords {
+            message: format!(
+                "Compacted topic cannot accept message without key ({} of the batch's records, the first at index {first})",
+                keyless.len()
+            ),
+            indexes: keyless,
+        }),
         None => Ok(()),
     }
 }
@@ -399,11 +408,22 @@ pub(crate) mod tests {
         for compression in [Compression::None, Compression::Gzip] {
             let keyed = encode(&[record(0, Some(b"a")), record(1, Some(b""))], compression);
             require_keys(&keyed).expect("every record has a key (an empty one counts)");
-            let mixed = encode(&[record(0, Some(b"a")), record(1, None)], compression);
-            assert!(matches!(
-                require_keys(&mixed),
-                Err(HelixError::InvalidRecord(m)) if m.contains("without key")
-            ));
+            let mixed = encode(
+                &[
+                    record(0, None),
+                    record(1, Some(b"a")),
+                    record(2, None),
+                    record(3, Some(b"b")),
+                ],
+                compression,
+            );
+            match require_keys(&mixed) {
+                Err(HelixError::InvalidRecords { message, indexes }) => {
+                    assert!(message.contains("without key"), "{message}");
+                    assert_eq!(indexes, [0, 2], "every keyless record, by its index");
+                }
+                other => panic!("expected the keyless records named, got {other:?}"),
+            }
         }
         assert!(require_keys(&make_batch(&[b"x"], -1, -1, 0)).is_err());
     }
