@@ -49,10 +49,7 @@ impl Partition {
     /// The aborted transactions a read_committed fetch of `[from, upper)`
     /// must be told about (Kafka's `collectAbortedTransactions`).
     pub fn aborted_transactions(&self, from: Offset, upper: Offset) -> Vec<markers::AbortedTxn> {
-        match self.published.aborted.read() {
-            Ok(index) => markers::overlapping(&index, from.0, upper.0),
-            Err(_) => Vec::new(),
-        }
+        super::txn_index::overlapping(&self.published.aborted, from.0, upper.0)
     }
 
     /// [`Partition::read`] through `wal_read` (the WAL's read, or the
