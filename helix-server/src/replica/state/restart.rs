@@ -142,17 +142,19 @@ impl PartitionState {
 
     /// The aborted entries a follower whose log starts over at this
     /// replica's first held entry cannot derive: those of transactions
-    /// begun before this replica's first segment ends (the restart point
-    /// is in it) and ended at or after the log start. Bounded by the
+    /// begun before the end of this replica's first segment holding an
+    /// entry (the restart point is in it) and ended at or after the log start. Bounded by the
     /// transactions open across that segment plus those aborted in it.
     fn aborts_to_carry(&self) -> Vec<AbortedTxn> {
         let Some(log) = self.log.as_ref() else {
             return Vec::new();
         };
         let reader = log.reader();
+        // The first held entry is in the first segment holding an entry.
         let upper = reader
             .segments()
-            .first()
+            .iter()
+            .find(|s| s.first_index.is_some())
             .map_or(log.next_offset(), |s| s.next_offset);
         let dir = txn_index::dir_of(&self.dir);
         match txn_index::collect(
