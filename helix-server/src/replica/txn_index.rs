@@ -235,15 +235,18 @@ pub fn collect(dir: &Path, index: &AbortedIndex, from: i64, upper: i64) -> Resul
 /// (Kafka's `collectAbortedTransactions`): the tail from memory, chunks
 /// that may overlap read from their files. Takes the view's lock only to
 /// copy what to read (the tail's overlap and the chunks' descriptions).
+/// A chunk that cannot be read (removed by retention under the read, or
+/// damaged since open) fails the read rather than answer a list short of
+/// an aborted transaction, which a consumer would then deliver.
 pub fn overlapping(
     view: &std::sync::RwLock<AbortedView>,
     from: i64,
     upper: i64,
-) -> Vec<AbortedTxn> {
+) -> Result<Vec<AbortedTxn>> {
     let (dir, index) = {
-        let Ok(v) = view.read() else {
-            return Vec::new();
-        };
+        let v = view
+            .read()
+            .map_err(|_| HelixError::CorruptState("aborted index lock poisoned".into()))?;
         let sealed: Vec<SealedChunk> = v
             .index
             .sealed
@@ -252,7 +255,7 @@ pub fn overlapping(
             .copied()
             .collect();
         if sealed.is_empty() {
-            return super::markers::overlapping(&v.index.tail, from, upper);
+            return Ok(super::markers::overlapping(&v.index.tail, from, upper));
         }
         let tail = v
             .index
@@ -263,26 +266,9 @@ pub fn overlapping(
             .collect();
         (v.dir.clone(), AbortedIndex { sealed, tail })
     };
-    match collect(&dir, &index, from, upper) {
-        Ok(found) => found,
-        // Removed by retention under the read (the range is below the log
-        // start now), or damaged since open: logged, answered without it.
-        Err(e) => {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot read an aborted-index chunk");
-            let mut without = Vec::new();
-            for chunk in &index.sealed {
-                if let Ok(entries) = read_chunk(&dir, chunk) {
-                    without.extend(
-                        entries
-                            .into_iter()
-                            .filter(|a| a.last_offset >= from && a.first_offset < upper),
-                    );
-                }
-            }
-            without.extend(super::markers::overlapping(&index.tail, from, upper));
-            without
-        }
-    }
+    collect(&dir, &index, from, upper).inspect_err(|e| {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot read an aborted-index chunk");
+    })
 }
 
 /// Rewrites the index in `dir` as `entries` (marker order): every chunk
