@@ -341,7 +341,7 @@ async fn clean(
         .collect();
     let reader = p.reader();
     let upper = plan.first_uncleanable_offset;
-    let aborted = p.aborted_transactions(Offset(reader.log_start_offset()), Offset(upper));
+    let aborted = p.try_aborted_transactions(Offset(reader.log_start_offset()), Offset(upper))?;
     let shape = target.shape;
     let prepared = tokio::task::spawn_blocking(move || {
         let derived = DerivedState {

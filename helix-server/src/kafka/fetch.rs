@@ -123,7 +123,7 @@ fn read_once(
                 .unwrap_or(0)
                 .min(budget);
             let limit = if total == 0 { limit.max(1) } else { limit };
-            let data = if Offset(fp.fetch_offset) == hw || limit == 0 {
+            let mut data = if Offset(fp.fetch_offset) == hw || limit == 0 {
                 Ok(Bytes::new())
             } else if committed {
                 p.read_committed(Offset(fp.fetch_offset), limit)
@@ -131,7 +131,12 @@ fn read_once(
                 p.read(Offset(fp.fetch_offset), limit)
             };
             if committed && let Ok(stored) = &data {
-                pd.aborted_transactions = Some(aborted_in(p, fp.fetch_offset, stored));
+                // Without the full list a consumer would deliver aborted
+                // records: the partition answers an error instead.
+                match aborted_in(p, fp.fetch_offset, stored) {
+                    Ok(aborted) => pd.aborted_transactions = Some(aborted),
+                    Err(e) => data = Err(e),
+                }
             }
             // Fetch v0-v3 readers get their message format; v4+ gets the
             // stored bytes untouched.
@@ -180,10 +185,14 @@ fn read_once(
 /// upper bound). Nothing returned, nothing to tell. librdkafka reads
 /// read_committed by default: the batches are walked only when some
 /// aborted transaction ends at or after `from`.
-fn aborted_in(p: &Partition, from: i64, stored: &[u8]) -> Vec<AbortedTransaction> {
-    let candidates = p.aborted_transactions(Offset(from), Offset(i64::MAX));
+fn aborted_in(
+    p: &Partition,
+    from: i64,
+    stored: &[u8],
+) -> crate::error::Result<Vec<AbortedTransaction>> {
+    let candidates = p.try_aborted_transactions(Offset(from), Offset(i64::MAX))?;
     if candidates.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let mut upper = None;
     let mut pos = 0usize;
@@ -195,9 +204,9 @@ fn aborted_in(p: &Partition, from: i64, stored: &[u8]) -> Vec<AbortedTransaction
         pos += h.total_len();
     }
     let Some(upper) = upper else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
-    candidates
+    Ok(candidates
         .into_iter()
         .filter(|a| a.first_offset < upper)
         .map(|a| {
@@ -205,7 +214,7 @@ fn aborted_in(p: &Partition, from: i64, stored: &[u8]) -> Vec<AbortedTransaction
                 .with_producer_id(ProducerId(a.producer_id))
                 .with_first_offset(a.first_offset)
         })
-        .collect()
+        .collect())
 }
 
 /// Waits until a requested partition's high watermark moves past what
@@ -258,7 +267,7 @@ mod tests {
         assert_eq!(p.last_stable_offset(), Offset(8));
         assert_eq!(p.high_watermark(), Offset(10));
         let stored = p.read_committed(Offset(0), 1 << 20).expect("read");
-        let aborted = aborted_in(p, 0, &stored);
+        let aborted = aborted_in(p, 0, &stored).expect("index");
         assert_eq!(aborted.len(), 1);
         assert_eq!(
             (aborted[0].producer_id, aborted[0].first_offset),
@@ -266,9 +275,9 @@ mod tests {
         );
         // Only the first batch (offsets 0-1): it ends before B's.
         let first = p.read_committed(Offset(0), 1).expect("read");
-        assert!(aborted_in(p, 0, &first).is_empty());
+        assert!(aborted_in(p, 0, &first).expect("index").is_empty());
         let rest = p.read(Offset(8), 1 << 20).expect("read");
-        assert!(aborted_in(p, 8, &rest).is_empty());
-        assert!(aborted_in(p, 8, &Bytes::new()).is_empty());
+        assert!(aborted_in(p, 8, &rest).expect("index").is_empty());
+        assert!(aborted_in(p, 8, &Bytes::new()).expect("index").is_empty());
     }
 }

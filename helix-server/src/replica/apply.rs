@@ -266,7 +266,8 @@ mod tests {
             log.delete_records_before(30).expect("delete");
         }
         let (rebuilt, _) =
-            crate::replica::scan::rebuild(&lost.reader(), lost.next_offset(), None).expect("scan");
+            crate::replica::scan::rebuild(&lost.reader(), lost.next_offset(), None, None)
+                .expect("scan");
         lost_state = rebuilt;
         let next = make_batch(&[b"v30", b"v31"], p, 30, 2_000);
         let h = helix_wal::BatchHeader::parse(&next).expect("header");

@@ -9,6 +9,7 @@
 //! reads go straight to the WAL reader, bounded by the high watermark (the
 //! acknowledged offset) that the shard publishes, with the leadership.
 
+pub mod aborted_index;
 pub mod active_producer;
 mod answers;
 pub mod apply;
@@ -30,6 +31,9 @@ pub mod records;
 pub mod refused;
 pub mod scan;
 pub mod state;
+pub mod txn_index;
+#[cfg(test)]
+mod txn_index_tests;
 #[cfg(test)]
 pub(crate) mod txn_tests;
 pub mod verification;
@@ -195,9 +199,14 @@ pub fn recover(
         Some(s) if s.carried_ahead_of(&log) => (None, Some(s)),
         s => (s.and_then(|s| s.describes(&log)), None),
     };
-    let (mut producers, max_ts) = scan::rebuild(&log.reader(), recovery.next_offset, snapshot)?;
+    let txn_dir = txn_index::dir_of(dir);
+    let (mut producers, max_ts) = scan::rebuild(
+        &log.reader(),
+        recovery.next_offset,
+        snapshot,
+        Some(&txn_dir),
+    )?;
     producers.set_expiration(settings.producer_id_expiration_ms);
-    producers.trim_aborted(recovery.log_start_offset);
     let group = raft::restore_group(&settings.spec, hard_state, &log)?;
     // What consumers may read until the group acknowledges more: for one
     // voter its whole WAL (its own durable log is a majority); otherwise
@@ -231,7 +240,10 @@ pub fn recover(
         first_unstable: std::sync::atomic::AtomicI64::new(
             producers.first_unstable().unwrap_or(i64::MAX),
         ),
-        aborted: RwLock::new(producers.aborted().copied().collect()),
+        aborted: RwLock::new(txn_index::AbortedView {
+            dir: txn_dir,
+            index: producers.aborted_index().clone(),
+        }),
         ongoing: RwLock::new(producers.ongoing()),
         max_timestamp: Mutex::new(max_ts),
         leadership: watch::channel(Leadership::default()).0,

@@ -22,8 +22,8 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::aborted_index::AbortedIndex;
 use super::batch::{BatchHeader, NO_PRODUCER_ID, NO_SEQUENCE, parse_header};
-use super::markers::AbortedTxn;
 use crate::config::DEFAULT_PRODUCER_ID_EXPIRATION_MS;
 use crate::error::{HelixError, Result};
 
@@ -224,9 +224,11 @@ pub struct ProducerTable {
     #[serde(default)]
     open_txns: BTreeSet<(i64, i64)>,
     /// The aborted transactions of the log, in log order (by marker
-    /// offset), from the log start on: Kafka's `.txnindex`.
+    /// offset), from the log start on: Kafka's `.txnindex`. Older entries
+    /// are sealed into chunk files (`txn_index.rs`); only the recent ones
+    /// are held here.
     #[serde(default)]
-    aborted: VecDeque<AbortedTxn>,
+    aborted: AbortedIndex,
 }
 
 fn default_expiration() -> i64 {
@@ -246,7 +248,7 @@ impl Default for ProducerTable {
             forgot_up_to: NO_PRODUCER_ID,
             lost_unnamed_at: None,
             open_txns: BTreeSet::new(),
-            aborted: VecDeque::new(),
+            aborted: AbortedIndex::default(),
         }
     }
 }
@@ -534,3 +536,4 @@ mod tests;
 mod txn;
 
 pub use active::ActiveProducer;
+pub use txn::derive_from_stored;

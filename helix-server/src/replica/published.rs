@@ -1,7 +1,7 @@
 //! What the shard publishes for readers of a replica (the handle, the
 //! host, the Kafka front end): watermark, leadership, ISR, lease and flags.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
 
 use helix_raft::NodeId;
@@ -9,7 +9,6 @@ use helix_wal::LogReader;
 use tokio::sync::watch;
 
 use super::Leadership;
-use super::markers::AbortedTxn;
 use super::refused;
 use super::scan::MaxTimestamp;
 use crate::offset::Offset;
@@ -26,8 +25,9 @@ pub struct Published {
     /// and the high watermark (`state/txn.rs`). Stored before the high
     /// watermark it goes with is published.
     pub first_unstable: std::sync::atomic::AtomicI64,
-    /// The aborted transactions from the log start on, in log order.
-    pub aborted: RwLock<VecDeque<AbortedTxn>>,
+    /// The aborted transactions from the log start on, in log order: the
+    /// sealed chunks' descriptions and the recent tail (`txn_index.rs`).
+    pub aborted: RwLock<super::txn_index::AbortedView>,
     /// The producers with a transaction open in the applied log, with
     /// their epochs: a later batch of such a transaction needs no
     /// verification with its coordinator (KIP-890 part 1, `state/txn.rs`).

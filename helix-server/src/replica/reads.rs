@@ -47,12 +47,21 @@ impl Partition {
     }
 
     /// The aborted transactions a read_committed fetch of `[from, upper)`
-    /// must be told about (Kafka's `collectAbortedTransactions`).
+    /// must be told about (Kafka's `collectAbortedTransactions`); an error
+    /// when a chunk file of them cannot be read (`txn_index::overlapping`).
+    pub fn try_aborted_transactions(
+        &self,
+        from: Offset,
+        upper: Offset,
+    ) -> Result<Vec<markers::AbortedTxn>> {
+        super::txn_index::overlapping(&self.published.aborted, from.0, upper.0)
+    }
+
+    /// [`Partition::try_aborted_transactions`], for tests.
+    #[cfg(test)]
     pub fn aborted_transactions(&self, from: Offset, upper: Offset) -> Vec<markers::AbortedTxn> {
-        match self.published.aborted.read() {
-            Ok(index) => markers::overlapping(&index, from.0, upper.0),
-            Err(_) => Vec::new(),
-        }
+        self.try_aborted_transactions(from, upper)
+            .expect("aborted index")
     }
 
     /// [`Partition::read`] through `wal_read` (the WAL's read, or the

@@ -126,14 +126,26 @@ pub type MaxTimestamp = Option<(i64, i64)>;
 
 /// The state as of `end` (the log's next offset): the snapshot, if it does
 /// not claim more than the log holds, plus every batch after it.
+///
+/// With `txn_dir`, the aborted index's chunk files there are made to match
+/// (`txn_index.rs`): those the snapshot does not name go (sealed after it,
+/// they are sealed again from the batches read), those it names are
+/// checked and rebuilt from the log if damaged, and the tail is sealed as
+/// it fills. Without (tests), every entry stays in memory.
 pub fn rebuild(
     reader: &LogReader,
     end: i64,
     snapshot: Option<Snapshot>,
+    txn_dir: Option<&Path>,
 ) -> Result<(ProducerTable, MaxTimestamp)> {
     let snapshot = snapshot.filter(|s| s.covers <= end).unwrap_or_default();
     // Records the snapshot covers may be gone; those after it are read.
     let mut producers = snapshot.producers;
+    if let Some(dir) = txn_dir {
+        producers.trim_aborted(reader.log_start_offset());
+        super::txn_index::remove_unlisted(dir, producers.aborted_index());
+        super::txn_index::repair(dir, reader, producers.aborted_index_mut())?;
+    }
     let mut max_ts = snapshot.max_timestamp;
     // Records between the snapshot and the log start were removed and no
     // snapshot of them is left: the producers they held are lost.
@@ -157,6 +169,9 @@ pub fn rebuild(
             }
             let batch = chunk.bytes.get(pos..pos + h.total_len()).unwrap_or(&[]);
             derive_from_stored(&mut producers, &h, batch);
+            if let Some(dir) = txn_dir {
+                super::txn_index::seal_if_full(dir, producers.aborted_index_mut());
+            }
             pos += h.total_len();
         }
         offset = chunk.next_offset;
@@ -167,28 +182,7 @@ pub fn rebuild(
     Ok((producers, max_ts))
 }
 
-/// What one stored batch (`h` its header, `batch` its bytes) changes in
-/// the producer state, judged by nothing (it was judged when first
-/// applied): at open, and when a stored entry is applied (catch-up from a
-/// compacted leader). Returns the marker of a control batch and the first
-/// offset of the transaction it ended, if one was open.
-pub fn derive_from_stored(
-    producers: &mut ProducerTable,
-    h: &super::batch::BatchHeader,
-    batch: &[u8],
-) -> Option<(super::markers::Marker, Option<i64>)> {
-    if h.is_control() {
-        // Only end-transaction markers are written here; a control batch
-        // of another kind (or one emptied by the cleaner) changes no
-        // producer.
-        let m = super::markers::read_marker(batch)?;
-        let ended = producers.end_txn(&m, h.base_offset);
-        Some((m, ended))
-    } else {
-        producers.record(h, h.base_offset);
-        None
-    }
-}
+pub use super::producers::derive_from_stored;
 
 #[cfg(test)]
 mod tests {
@@ -209,7 +203,8 @@ mod tests {
     /// The state of `log`, whose last entry is index 1 of term 1, as a
     /// snapshot.
     fn snapshot_at_1(log: &PartitionLog) -> Snapshot {
-        let (producers, max_ts) = rebuild(&log.reader(), log.next_offset(), None).expect("scan");
+        let (producers, max_ts) =
+            rebuild(&log.reader(), log.next_offset(), None, None).expect("scan");
         Snapshot {
             covers: log.next_offset(),
             producers,
@@ -232,7 +227,7 @@ mod tests {
         let end = log.next_offset();
         let loaded = Snapshot::load(dir.path()).and_then(|s| s.describes(&log));
         assert!(loaded.is_some(), "the log holds its position with its term");
-        let (from_snapshot, ts) = rebuild(&log.reader(), end, loaded).expect("tail");
+        let (from_snapshot, ts) = rebuild(&log.reader(), end, loaded, None).expect("tail");
         assert_eq!(
             ts,
             Some((0, 100)),
@@ -267,7 +262,7 @@ mod tests {
         ] {
             assert!(wrong.describes(&log).is_none());
         }
-        let (scanned, _) = rebuild(&log.reader(), end, None).expect("scan");
+        let (scanned, _) = rebuild(&log.reader(), end, None, None).expect("scan");
         assert!(matches!(
             scanned.check(&second),
             Ok(SequenceCheck::Duplicate { .. })
@@ -331,10 +326,10 @@ mod tests {
         let end = log.next_offset();
         let kept = snapshot.describes(&log);
         assert!(kept.is_some(), "the snapshot covers what was removed");
-        let (with, _) = rebuild(&log.reader(), end, kept).expect("tail");
+        let (with, _) = rebuild(&log.reader(), end, kept, None).expect("tail");
         assert!(with.check(&next_of_5).is_ok());
         assert!(with.check(&stranger).is_err());
-        let (without, _) = rebuild(&log.reader(), end, None).expect("scan");
+        let (without, _) = rebuild(&log.reader(), end, None, None).expect("scan");
         assert!(without.check(&stranger).is_ok());
     }
 }

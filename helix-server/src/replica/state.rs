@@ -219,7 +219,9 @@ impl PartitionState {
     /// transactions), and every request waiting on a cut entry failed.
     fn rebuild_after_cut(&mut self, after: LogIndex, snapshot: Option<Snapshot>) -> Result<()> {
         let log = live(&mut self.log)?;
-        let (mut producers, max_ts) = scan::rebuild(&log.reader(), log.next_offset(), snapshot)?;
+        let txn_dir = crate::replica::txn_index::dir_of(&self.dir);
+        let (mut producers, max_ts) =
+            scan::rebuild(&log.reader(), log.next_offset(), snapshot, Some(&txn_dir))?;
         producers.set_expiration(self.producers.expiration_ms());
         self.producers = producers;
         if let Ok(mut m) = self.published.max_timestamp.lock() {

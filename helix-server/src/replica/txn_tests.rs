@@ -184,7 +184,7 @@ fn a_stale_marker_is_refused_on_every_replica() {
     for name in ["one", "two"] {
         let r = replica_with_scenario(&dir.path().join(name));
         let reader = r.partition.reader();
-        let (table, _) = scan::rebuild(&reader, reader.next_offset(), None).expect("scan");
+        let (table, _) = scan::rebuild(&reader, reader.next_offset(), None, None).expect("scan");
         let end = reader.next_offset();
         let decide = |m: &Marker| Proposed::default().decide_marker(1, &table, end, m);
         assert!(matches!(

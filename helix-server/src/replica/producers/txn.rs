@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use super::{Known, ProducerState, ProducerTable, Proposed, Staged};
 use crate::error::{HelixError, Result};
+use crate::replica::aborted_index::AbortedIndex;
 use crate::replica::markers::{AbortedTxn, Marker};
 
 /// Whether a marker may end the open transaction of a producer the table
@@ -59,7 +60,7 @@ impl ProducerTable {
         let first = state.end_txn(m)?;
         self.open_txns.remove(&(first, m.producer_id));
         if !m.commit {
-            self.aborted.push_back(AbortedTxn {
+            self.aborted.push(AbortedTxn {
                 producer_id: m.producer_id,
                 first_offset: first,
                 last_offset: offset,
@@ -89,21 +90,25 @@ impl ProducerTable {
         !self.open_txns.is_empty()
     }
 
-    /// The aborted-transaction index, in log order.
-    pub fn aborted(&self) -> impl Iterator<Item = &AbortedTxn> {
-        self.aborted.iter()
+    /// The aborted-transaction index: sealed chunks and the recent tail.
+    pub fn aborted_index(&self) -> &AbortedIndex {
+        &self.aborted
+    }
+
+    pub fn aborted_index_mut(&mut self) -> &mut AbortedIndex {
+        &mut self.aborted
+    }
+
+    /// Replaces the aborted index (a log restart's carried entries).
+    pub fn set_aborted_index(&mut self, index: AbortedIndex) {
+        self.aborted = index;
     }
 
     /// Drops aborted transactions wholly below the log start (their
-    /// records are gone, as Kafka deletes a segment's `.txnindex` with it).
+    /// records are gone, as Kafka deletes a segment's `.txnindex` with
+    /// it); the caller removes the chunk files no longer named.
     pub fn trim_aborted(&mut self, log_start: i64) {
-        while self
-            .aborted
-            .front()
-            .is_some_and(|a| a.last_offset < log_start)
-        {
-            self.aborted.pop_front();
-        }
+        self.aborted.trim(log_start);
     }
 
     /// The first offset of the producer's open transaction.
@@ -112,6 +117,29 @@ impl ProducerTable {
         self.producers
             .get(&producer_id)
             .and_then(|s| s.txn_first_offset)
+    }
+}
+
+/// What one stored batch (`h` its header, `batch` its bytes) changes in
+/// the producer state, judged by nothing (it was judged when first
+/// applied): at open, and when a stored entry is applied (catch-up from a
+/// compacted leader). Returns the marker of a control batch and the first
+/// offset of the transaction it ended, if one was open.
+pub fn derive_from_stored(
+    producers: &mut ProducerTable,
+    h: &crate::replica::batch::BatchHeader,
+    batch: &[u8],
+) -> Option<(crate::replica::markers::Marker, Option<i64>)> {
+    if h.is_control() {
+        // Only end-transaction markers are written here; a control batch
+        // of another kind (or one emptied by the cleaner) changes no
+        // producer.
+        let m = crate::replica::markers::read_marker(batch)?;
+        let ended = producers.end_txn(&m, h.base_offset);
+        Some((m, ended))
+    } else {
+        producers.record(h, h.base_offset);
+        None
     }
 }
 

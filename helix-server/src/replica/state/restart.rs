@@ -27,8 +27,11 @@ use helix_wal::PartitionLog;
 use super::{PartitionState, live};
 use crate::error::{HelixError, Result};
 use crate::metrics::{Metrics, metrics};
+use crate::replica::aborted_index::AbortedIndex;
 use crate::replica::entry;
+use crate::replica::markers::AbortedTxn;
 use crate::replica::scan::Snapshot;
+use crate::replica::txn_index;
 
 impl PartitionState {
     /// Empties the WAL so that `entries`, which start at index `at` with
@@ -96,6 +99,8 @@ impl PartitionState {
         }
         let mut producers = carried.producers;
         producers.set_expiration(self.producers.expiration_ms());
+        let merged = self.with_carried_aborts(producers.aborted_index());
+        producers.set_aborted_index(merged);
         producers.trim_aborted(log_start);
         self.producers = producers;
         if let Ok(mut m) = self.published.max_timestamp.lock() {
@@ -105,11 +110,77 @@ impl PartitionState {
         tracing::info!(dir = %self.dir.display(), index = index.0, "adopted the state carried by the log restart");
     }
 
+    /// This replica's aborted index (derived since its log restarted)
+    /// with the carried entries in place of its own for the same markers:
+    /// a transaction begun below the restart point was indexed here from
+    /// its first batch this log holds, if at all. Every entry is derived
+    /// from the records since the restart point, so the whole index is
+    /// rewritten once (its size is what was aborted between the restart
+    /// point and the carried entry).
+    fn with_carried_aborts(&self, carried: &AbortedIndex) -> AbortedIndex {
+        let dir = txn_index::dir_of(&self.dir);
+        let own = match txn_index::load_all(&dir, self.producers.aborted_index()) {
+            Ok(own) => own,
+            Err(e) => {
+                tracing::error!(dir = %self.dir.display(), error = %e, "cannot read the aborted index derived since the restart");
+                Vec::new()
+            }
+        };
+        let theirs: std::collections::HashSet<(i64, i64)> = carried
+            .tail
+            .iter()
+            .map(|a| (a.producer_id, a.last_offset))
+            .collect();
+        let mut merged: Vec<AbortedTxn> = own
+            .into_iter()
+            .filter(|a| !theirs.contains(&(a.producer_id, a.last_offset)))
+            .chain(carried.tail.iter().copied())
+            .collect();
+        merged.sort_by_key(|a| a.last_offset);
+        txn_index::rewrite(&dir, merged)
+    }
+
+    /// The aborted entries a follower whose log starts over at this
+    /// replica's first held entry cannot derive: those of transactions
+    /// begun before the end of this replica's first segment holding an
+    /// entry (the restart point is in it) and ended at or after the log start. Bounded by the
+    /// transactions open across that segment plus those aborted in it.
+    fn aborts_to_carry(&self) -> Vec<AbortedTxn> {
+        let Some(log) = self.log.as_ref() else {
+            return Vec::new();
+        };
+        let reader = log.reader();
+        // The first held entry is in the first segment holding an entry.
+        let upper = reader
+            .segments()
+            .iter()
+            .find(|s| s.first_index.is_some())
+            .map_or(log.next_offset(), |s| s.next_offset);
+        let dir = txn_index::dir_of(&self.dir);
+        match txn_index::collect(
+            &dir,
+            self.producers.aborted_index(),
+            log.log_start_offset(),
+            upper,
+        ) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::error!(dir = %self.dir.display(), error = %e, "cannot read the aborted index to carry");
+                Vec::new()
+            }
+        }
+    }
+
     /// The derived state to carry with a restart of a follower's log: this
-    /// replica's, as of its last applied entry (`None` without a log).
+    /// replica's, as of its last applied entry (`None` without a log),
+    /// with only the aborted entries the follower cannot derive.
     pub fn state_to_carry(&self) -> Option<Bytes> {
         self.log.as_ref().and_then(PartitionLog::last_position)?;
-        let snapshot = self.derived_state(self.producers.clone());
+        let mut producers = self.producers.clone();
+        producers.set_aborted_index(AbortedIndex::in_memory(
+            self.aborts_to_carry().into_iter().collect(),
+        ));
+        let snapshot = self.derived_state(producers);
         match snapshot.to_bytes() {
             Ok(bytes) => Some(Bytes::from(bytes)),
             Err(e) => {

@@ -21,6 +21,7 @@ use crate::replica::answers::Waiter;
 use crate::replica::apply;
 use crate::replica::entry;
 use crate::replica::markers::{AbortedTxn, Marker};
+use crate::replica::txn_index;
 
 impl PartitionState {
     /// The leader decides the marker (a stale epoch or coordinator never
@@ -105,10 +106,14 @@ impl PartitionState {
     /// joins the aborted index.
     pub(super) fn txn_ended(&mut self, marker: &Marker, first: i64, offset: i64) {
         self.unreplicated.push_back((first, offset));
-        if !marker.commit
-            && let Ok(mut aborted) = self.published.aborted.write()
-        {
-            aborted.push_back(AbortedTxn {
+        if marker.commit {
+            return;
+        }
+        let dir = txn_index::dir_of(&self.dir);
+        if txn_index::seal_if_full(&dir, self.producers.aborted_index_mut()) {
+            self.publish_aborted();
+        } else if let Ok(mut view) = self.published.aborted.write() {
+            view.index.push(AbortedTxn {
                 producer_id: marker.producer_id,
                 first_offset: first,
                 last_offset: offset,
@@ -159,26 +164,40 @@ impl PartitionState {
     /// trimmed) and the last stable offset.
     pub(super) fn publish_txns(&mut self) {
         self.publish_ongoing();
-        if let Ok(mut aborted) = self.published.aborted.write() {
-            *aborted = self.producers.aborted().copied().collect();
-        }
+        self.publish_aborted();
         let hw = self.published.high_watermark.borrow().0;
         self.publish_unstable(hw);
     }
 
-    /// The log start moved: aborted transactions wholly below it go.
+    /// Publishes the aborted index again (a chunk was sealed, or the
+    /// table rebuilt or trimmed): bounded, the tail and the chunks'
+    /// descriptions.
+    pub(super) fn publish_aborted(&mut self) {
+        if let Ok(mut view) = self.published.aborted.write() {
+            view.dir = txn_index::dir_of(&self.dir);
+            view.index = self.producers.aborted_index().clone();
+        }
+    }
+
+    /// The log start moved: aborted transactions wholly below it go, with
+    /// their chunk files.
     pub(super) fn trim_aborted(&mut self) {
         let Some(start) = self.log.as_ref().map(|l| l.log_start_offset()) else {
             return;
         };
-        if self
-            .producers
-            .aborted()
-            .next()
-            .is_some_and(|a| a.last_offset < start)
-        {
+        if self.producers.aborted_index().any_below(start) {
             self.producers.trim_aborted(start);
             self.publish_txns();
+            txn_index::remove_unlisted(
+                &txn_index::dir_of(&self.dir),
+                self.producers.aborted_index(),
+            );
         }
+    }
+
+    /// Aborted entries held in memory (the replicated table's tail).
+    #[cfg(test)]
+    pub fn aborted_held(&self) -> usize {
+        self.producers.aborted_index().held()
     }
 }
