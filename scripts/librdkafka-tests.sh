@@ -9,11 +9,10 @@
 # The source is the librdkafka that the rdkafka-sys crate vendors (the
 # workspace builds it anyway, so no other download), copied and built once
 # into ~/.cache/helix-tests. The cluster is started on --base-port (default
-# 39092) with --default-partitions 4, as the suite's own brokers (trivup)
-# are configured; Kafka version 3.9.1 is announced to the suite so it runs
+# 39092) with --default-partitions 4 and an authorizer that allows what no
+# ACL covers, as the suite's own brokers (trivup) are configured; Kafka version 3.9.1 is announced to the suite so it runs
 # the tests of every feature 3.9 has. Tests that need a Kafka installation
-# (KAFKA_PATH: 0052, 0077, 0109, 0115, 0119) or an authorizer fail without
-# one on Kafka too.
+# (KAFKA_PATH: 0052, 0077, 0109, 0115, 0119) fail without one on Kafka too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,7 +37,8 @@ fi
 
 data=$(mktemp -d /tmp/helix-librdkafka.XXXXXX)
 trap 'scripts/local-cluster.sh stop --data-dir "$data" >/dev/null 2>&1 || true' EXIT
-scripts/local-cluster.sh start --nodes 3 --base-port "$base" --data-dir "$data" -- --default-partitions 4
+scripts/local-cluster.sh start --nodes 3 --base-port "$base" --data-dir "$data" -- --default-partitions 4 \
+  --authorizer standard --allow-everyone-if-no-acl-found true
 printf 'metadata.broker.list=127.0.0.1:%s,127.0.0.1:%s,127.0.0.1:%s\ntest.timeout.multiplier=3\ntest.topic.random=true\n' \
   "$base" $((base + 1)) $((base + 2)) > "$work/tests/test.conf"
 cd "$work/tests"
