@@ -9,8 +9,11 @@
 # The source is the librdkafka that the rdkafka-sys crate vendors (the
 # workspace builds it anyway, so no other download), copied and built once
 # into ~/.cache/helix-tests. The cluster is started on --base-port (default
-# 39092) with --default-partitions 4 and an authorizer that allows what no
-# ACL covers, as the suite's own brokers (trivup) are configured; Kafka version 3.9.1 is announced to the suite so it runs
+# 39092) with --default-partitions 4, an authorizer that allows what no
+# ACL covers and Kafka's group.initial.rebalance.delay.ms (3000; Helix's
+# default is 0, ADR 0020: the static-membership and cooperative tests expect
+# both of their consumers in the first generation), as the suite's own
+# brokers (trivup) are configured; Kafka version 3.9.1 is announced to the suite so it runs
 # the tests of every feature 3.9 has. Tests that need a Kafka installation
 # (KAFKA_PATH: 0052, 0077, 0109, 0115, 0119) fail without one on Kafka too.
 set -euo pipefail
@@ -38,7 +41,7 @@ fi
 data=$(mktemp -d /tmp/helix-librdkafka.XXXXXX)
 trap 'scripts/local-cluster.sh stop --data-dir "$data" >/dev/null 2>&1 || true' EXIT
 scripts/local-cluster.sh start --nodes 3 --base-port "$base" --data-dir "$data" -- --default-partitions 4 \
-  --authorizer standard --allow-everyone-if-no-acl-found true
+  --authorizer standard --allow-everyone-if-no-acl-found true --group-initial-rebalance-delay-ms 3000
 printf 'metadata.broker.list=127.0.0.1:%s,127.0.0.1:%s,127.0.0.1:%s\ntest.timeout.multiplier=3\ntest.topic.random=true\n' \
   "$base" $((base + 1)) $((base + 2)) > "$work/tests/test.conf"
 cd "$work/tests"
