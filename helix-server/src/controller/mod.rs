@@ -14,6 +14,7 @@ pub mod forward;
 pub mod message_format;
 pub mod placement;
 pub mod producer_ids;
+pub mod quorum;
 pub mod quotas;
 pub mod scram;
 pub mod service;

@@ -75,6 +75,9 @@ impl Shard {
                 continue;
             }
             let status = group.status();
+            if id == GroupId(0) {
+                state.publish_quorum(quorum_progress(&status, self.tick));
+            }
             let caught_up =
                 self.caught_up
                     .entry(id)
@@ -209,4 +212,33 @@ fn publish_lease(
         );
         crate::metrics::Metrics::count(&crate::metrics::metrics().counters.leader_lease_losses, 1);
     }
+}
+
+/// The controller group's replication as this replica sees it (the
+/// followers' progress only where it leads), for DescribeQuorum.
+fn quorum_progress(
+    s: &helix_raft::Status,
+    tick: std::time::Duration,
+) -> Option<crate::replica::QuorumProgress> {
+    let now = crate::clock::now_ms();
+    let tick_ms = i64::try_from(tick.as_millis()).unwrap_or(i64::MAX);
+    Some(crate::replica::QuorumProgress {
+        last_index: s.last_index.0,
+        commit: if s.role == helix_raft::Role::Leader {
+            s.commit.0
+        } else {
+            s.leader_commit.0
+        },
+        followers: s
+            .followers
+            .iter()
+            .map(|f| crate::replica::FollowerProgress {
+                node: f.node,
+                matched: f.matched.0,
+                heard_ms: now
+                    .saturating_sub(tick_ms.saturating_mul(i64::from(f.ticks_since_heard))),
+            })
+            .collect(),
+        at_ms: now,
+    })
 }
