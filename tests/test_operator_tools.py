@@ -13,12 +13,16 @@ asserted on what it prints (docs/compatibility.md, "Operator tools").
 - `kafka-reassign-partitions.sh --list`: nothing is being reassigned.
 - `kafka-leader-election.sh --election-type preferred`: partitions whose
   preferred replica leads need no election.
+- `kafka-configs.sh --entity-type broker-loggers`: a node's loggers and
+  their levels, changed at runtime; `--entity-type brokers --alter`:
+  refused with Kafka's error for settings that cannot change at runtime.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -145,3 +149,49 @@ def test_preferred_leader_election_is_not_needed_where_the_preferred_replica_lea
     out = tool(all_bootstrap(cluster), "org.apache.kafka.tools.LeaderElectionCommand",
                "--election-type", "preferred", "--topic", topic, "--partition", str(p))
     assert f"Valid replica already elected for partitions {topic}-{p}" in out, out
+
+
+CONFIGS = "kafka.admin.ConfigCommand"
+
+
+def test_broker_loggers_are_described_and_changed_at_runtime(cluster):
+    node = cluster.node(2)
+    out = tool(node.bootstrap, CONFIGS, "--describe", "--entity-type", "broker-loggers",
+               "--entity-name", "2")
+    root = re.search(r"root=(\w+)", out).group(1)  # the harness's RUST_LOG
+    assert f"helix_server.kafka={root}" in out, out
+
+    out = tool(node.bootstrap, CONFIGS, "--alter", "--entity-type", "broker-loggers",
+               "--entity-name", "2", "--add-config", "helix_server.kafka=DEBUG")
+    assert "Completed updating config for broker-logger 2" in out, out
+    out = tool(node.bootstrap, CONFIGS, "--describe", "--entity-type", "broker-loggers",
+               "--entity-name", "2")
+    assert "helix_server.kafka=DEBUG" in out, out
+    assert f"root={root}" in out, out
+    assert "log levels changed" in node.log.read_text(errors="replace")
+
+    # An unknown level is refused, naming log4j's levels, and changes nothing.
+    out = tool(node.bootstrap, CONFIGS, "--alter", "--entity-type", "broker-loggers",
+               "--entity-name", "2", "--add-config", "root=VERBOSE", ok=False)
+    assert "Valid log4j levels are" in out, out
+    # DELETE puts the logger back on the root's level.
+    tool(node.bootstrap, CONFIGS, "--alter", "--entity-type", "broker-loggers",
+         "--entity-name", "2", "--delete-config", "helix_server.kafka")
+    out = tool(node.bootstrap, CONFIGS, "--describe", "--entity-type", "broker-loggers",
+               "--entity-name", "2")
+    assert f"helix_server.kafka={root}" in out and f"root={root}" in out, out
+
+
+def test_a_broker_setting_change_is_refused_naming_the_settings(cluster):
+    out = tool(all_bootstrap(cluster), CONFIGS, "--alter", "--entity-type", "brokers",
+               "--entity-default", "--add-config", "log.cleaner.threads=2", ok=False)
+    assert "Cannot update these configs dynamically: Set(log.cleaner.threads)" in out, out
+    out = tool(cluster.node(1).bootstrap, CONFIGS, "--alter", "--entity-type", "brokers",
+               "--entity-name", "1", "--add-config", "log.cleaner.threads=2,log.retention.ms=1000",
+               ok=False)
+    assert "Cannot update these configs dynamically: Set(" in out, out
+    assert "log.cleaner.threads" in out and "log.retention.ms" in out, out
+    # Unchanged.
+    out = tool(cluster.node(1).bootstrap, CONFIGS, "--describe", "--entity-type", "brokers",
+               "--entity-name", "1", "--all")
+    assert "log.cleaner.threads=1" in out, out

@@ -5,6 +5,7 @@ pub mod acls;
 pub mod admission;
 pub mod api_versions;
 pub mod authorize;
+pub mod broker_configs;
 pub mod client_quotas;
 pub mod configs;
 pub mod connection;
