@@ -12,7 +12,8 @@ asserted on what it prints (docs/compatibility.md, "Operator tools").
   voters, the high watermark, whichever node the tool asks.
 - `kafka-reassign-partitions.sh --list`: nothing is being reassigned.
 - `kafka-leader-election.sh --election-type preferred`: partitions whose
-  preferred replica leads need no election.
+  preferred replica leads need no election; one led elsewhere is handed
+  back to it.
 - `kafka-configs.sh --entity-type broker-loggers`: a node's loggers and
   their levels, changed at runtime; `--entity-type brokers --alter`:
   refused with Kafka's error for settings that cannot change at runtime.
@@ -32,7 +33,7 @@ import clients
 import harness
 import javalibs
 from cluster_harness import HelixCluster
-from test_cluster_faults import create_topic, wait_in_sync
+from test_cluster_faults import create_topic, partitions_view, wait_in_sync
 
 RECORDS = 200  # small: each partition holds a few kB on each node
 
@@ -195,3 +196,38 @@ def test_a_broker_setting_change_is_refused_naming_the_settings(cluster):
     out = tool(cluster.node(1).bootstrap, CONFIGS, "--describe", "--entity-type", "brokers",
                "--entity-name", "1", "--all")
     assert "log.cleaner.threads=1" in out, out
+
+
+def test_preferred_leader_election_moves_leadership_back(tmp_path, topic):
+    """With leader balancing off, a partition whose preferred replica was
+    stopped stays led elsewhere after it returns; kafka-leader-election.sh
+    hands it back (the leader transfers leadership, Raft's TimeoutNow)."""
+    if harness.external_bootstrap() or os.environ.get("HELIX_TEST_KAFKA_LIBS"):
+        pytest.skip("starts its own 3-node Helix cluster")
+    c = HelixCluster(tmp_path, 3, args=["--auto-leader-rebalance-enable", "false"])
+    try:
+        c.start()
+        create_topic(c.node(1).bootstrap, topic, 1)
+        wait_in_sync(c, topic)
+        md = clients.admin(c.node(1).bootstrap).list_topics(topic=topic, timeout=30)
+        preferred = md.topics[topic].partitions[0].replicas[0]
+        c.node(preferred).stop()
+        deadline = time.monotonic() + 60
+        other = next(n for n in c.nodes if n.id != preferred)
+        while True:
+            md = clients.admin(other.bootstrap).list_topics(topic=topic, timeout=30)
+            leader = md.topics[topic].partitions[0].leader
+            if leader not in (-1, preferred):
+                break
+            assert time.monotonic() < deadline, f"no new leader\n{c.logs()}"
+            time.sleep(0.2)
+        c.node(preferred).start()
+        wait_in_sync(c, topic)
+        assert partitions_view(c, topic)[0][0] != preferred  # balancing is off
+
+        out = tool(all_bootstrap(c), "org.apache.kafka.tools.LeaderElectionCommand",
+                   "--election-type", "preferred", "--topic", topic, "--partition", "0")
+        assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in out, out
+        assert partitions_view(c, topic)[0][0] == preferred
+    finally:
+        c.stop()

@@ -15,6 +15,7 @@ use crate::budget::Backpressure;
 use crate::cluster::ClusterState;
 use crate::cluster::peers::{CallService, LinkSlot, PeerHandler, PeerLink, TransportLink};
 use crate::config::{Config, WriteDurability};
+use crate::controller::election::{CALL_ELECT, ElectionCalls};
 use crate::controller::forward::{CALL_CONTROLLER_SUBMIT, ForwardedCalls};
 use crate::controller::producer_ids::ProducerIds;
 use crate::controller::quorum::{CALL_QUORUM, QuorumCalls};
@@ -124,6 +125,7 @@ impl Broker {
                 (CALL_CONTROLLER_SUBMIT, controller_calls.clone()),
                 (CALL_TXN, txn_calls.clone()),
                 (CALL_QUORUM, quorum_calls.clone()),
+                (CALL_ELECT, Arc::new(ElectionCalls::new(host.clone()))),
             ],
         ));
         let transport = match (&config.cluster, link_to) {

@@ -10,6 +10,7 @@
 
 pub mod acls;
 pub mod applier;
+pub mod election;
 pub mod forward;
 pub mod message_format;
 pub mod placement;

@@ -42,8 +42,8 @@ pub async fn answer(b: &Broker, call: Call, version: i16) -> ResponseKind {
         Call::ListPartitionReassignments => {
             ResponseKind::ListPartitionReassignments(reassignments::list())
         }
-        Call::ElectLeaders(req) => {
-            ResponseKind::ElectLeaders(elect_leaders::elect(&b.topics, &b.cluster, &req))
-        }
+        Call::ElectLeaders(req) => ResponseKind::ElectLeaders(
+            elect_leaders::elect(&b.topics, &b.cluster, &b.host, &b.link, &req).await,
+        ),
     }
 }

@@ -161,6 +161,46 @@ impl Shard {
         false
     }
 
+    /// Hands `id` to its preferred replica at once if this node leads it
+    /// and the preferred replica is in the ISR and caught up (ElectLeaders).
+    pub(super) fn hand_back(&mut self, id: GroupId) {
+        let me = self.multi.node();
+        let in_sync = |preferred| {
+            self.states
+                .get(&id)
+                .is_some_and(|s| s.isr().contains(&preferred))
+        };
+        let Some(g) = self.multi.group(id) else {
+            return;
+        };
+        let Some(&preferred) = g.config().voters.first() else {
+            return;
+        };
+        let status = g.status();
+        let caught_up = status.followers.iter().any(|f| {
+            f.node == preferred
+                && f.matched == status.last_index
+                && f.ticks_since_heard <= crate::host::isr::HEARD_WITHIN_TICKS
+        });
+        if g.role() != helix_raft::Role::Leader
+            || preferred == me
+            || status.transferring_to.is_some()
+            || !caught_up
+            || !in_sync(preferred)
+        {
+            return;
+        }
+        tracing::info!(
+            group = id.0,
+            to = preferred.0,
+            "electing the preferred replica on request"
+        );
+        if let Some(g) = self.multi.group_mut(id) {
+            g.transfer_leader(preferred);
+        }
+        self.touched.insert(id);
+    }
+
     /// Graceful shutdown: every group led here is handed to its most
     /// caught-up follower, so clients see one retriable error, not a timeout.
     pub(super) fn step_down_all(&mut self) {
