@@ -42,7 +42,7 @@ LAYERS = [
     ("cluster view", ["cluster"]),
     ("replica host", ["host", "transport"]),
     ("partition replica", ["replica", "batcher", "compact"]),
-    ("shared leaves", ["clock", "budget", "config", "error", "ids", "metrics", "heap", "offset", "tls"]),
+    ("shared leaves", ["clock", "budget", "config", "error", "ids", "metrics", "heap", "log_levels", "offset", "tls"]),
 ]
 RANK = {m: i for i, (_, ms) in enumerate(LAYERS) for m in ms}
 

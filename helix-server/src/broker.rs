@@ -15,8 +15,10 @@ use crate::budget::Backpressure;
 use crate::cluster::ClusterState;
 use crate::cluster::peers::{CallService, LinkSlot, PeerHandler, PeerLink, TransportLink};
 use crate::config::{Config, WriteDurability};
+use crate::controller::election::{CALL_ELECT, ElectionCalls};
 use crate::controller::forward::{CALL_CONTROLLER_SUBMIT, ForwardedCalls};
 use crate::controller::producer_ids::ProducerIds;
+use crate::controller::quorum::{CALL_QUORUM, QuorumCalls};
 use crate::controller::service::Controller;
 use crate::controller::{TopicRecord, applier};
 use crate::error::{HelixError, Result};
@@ -65,6 +67,9 @@ pub struct Broker {
     pub authorizer: Option<crate::acl::authorizer::Authorizer>,
     /// Client quota rates measured on this node (KIP-13, KIP-219).
     pub quotas: Arc<crate::quota::ClientQuotas>,
+    /// The peer transport once it runs (DescribeQuorum asks group 0's
+    /// leader through it).
+    pub link: Arc<LinkSlot>,
 }
 
 impl Broker {
@@ -107,6 +112,7 @@ impl Broker {
         // starts asks its peers, and answers theirs, first (ADR 0018).
         let controller_calls = Arc::new(ForwardedCalls::default());
         let txn_calls = Arc::new(TxnCalls::default());
+        let quorum_calls = Arc::new(QuorumCalls::default());
         let peers = Arc::new(PeerHandler::new(
             host.clone(),
             cluster.clone(),
@@ -118,6 +124,8 @@ impl Broker {
                 ),
                 (CALL_CONTROLLER_SUBMIT, controller_calls.clone()),
                 (CALL_TXN, txn_calls.clone()),
+                (CALL_QUORUM, quorum_calls.clone()),
+                (CALL_ELECT, Arc::new(ElectionCalls::new(host.clone()))),
             ],
         ));
         let transport = match (&config.cluster, link_to) {
@@ -213,6 +221,7 @@ impl Broker {
         txn_calls.set(&txn);
         standing.set_opened();
         controller_calls.set(controller.clone());
+        quorum_calls.set(controller.clone());
         cluster.set_liveness(link.clone());
         tokio::spawn(applier::run(controller.clone(), topics.clone()));
         tokio::spawn(crate::cluster::gossip::run(
@@ -239,6 +248,7 @@ impl Broker {
             controller,
             topics,
             cluster_id,
+            link,
         }))
     }
 

@@ -18,6 +18,7 @@ mod heap;
 mod host;
 mod ids;
 mod kafka;
+mod log_levels;
 mod metrics;
 mod offset;
 mod quota;
@@ -32,7 +33,6 @@ mod transport;
 mod txn;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 fn main() {
     heap::configure();
@@ -50,20 +50,32 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let filter = match &config.log_level {
-        Some(level) => EnvFilter::try_new(level),
-        None => EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new("info")),
-    };
-    let filter = filter.unwrap_or_else(|e| {
+    let spec = config
+        .log_level
+        .clone()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "info".to_string());
+    let filter = log_levels::install(&spec).unwrap_or_else(|e| {
         eprintln!("helix-server: bad log filter: {e}");
         std::process::exit(2);
     });
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match config.log_format {
-        config::LogFormat::Text => logs.init(),
-        config::LogFormat::Json => logs.json().with_current_span(false).init(),
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let logs = tracing_subscriber::registry().with(filter);
+        match config.log_format {
+            config::LogFormat::Text => logs
+                .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+                .init(),
+            config::LogFormat::Json => logs
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .json()
+                        .with_current_span(false)
+                        .with_writer(std::io::stderr),
+                )
+                .init(),
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

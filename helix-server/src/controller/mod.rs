@@ -10,10 +10,12 @@
 
 pub mod acls;
 pub mod applier;
+pub mod election;
 pub mod forward;
 pub mod message_format;
 pub mod placement;
 pub mod producer_ids;
+pub mod quorum;
 pub mod quotas;
 pub mod scram;
 pub mod service;

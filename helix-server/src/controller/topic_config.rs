@@ -17,6 +17,8 @@ pub enum ConfigSource {
     StaticBroker = 4,
     /// Kafka's built-in default.
     Default = 5,
+    /// A logger's level, changed at runtime or not (BROKER_LOGGER).
+    DynamicBrokerLogger = 6,
 }
 
 /// A topic config Kafka defines, and how Helix treats it.

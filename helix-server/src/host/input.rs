@@ -25,6 +25,9 @@ pub enum ShardInput {
     Work(GroupId, Work),
     Peer(MessageBatch),
     Campaign(GroupId),
+    /// Hand the group's leadership to its preferred replica now, if this
+    /// node leads it and that replica is in sync (ElectLeaders).
+    HandBack(GroupId),
     /// The connection to this node broke (its process likely died).
     PeerLost(NodeId),
     /// Graceful shutdown: hand every led group to its best follower.

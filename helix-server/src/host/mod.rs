@@ -278,6 +278,13 @@ impl ReplicaHost {
         let _ = self.shard_of(group).try_send(ShardInput::Campaign(group));
     }
 
+    /// Hands `group`'s leadership to its preferred replica (its first),
+    /// when this node leads it and that replica is in sync and caught up
+    /// (ElectLeaders, preferred). Dropped when the shard's queue is full.
+    pub fn hand_back(&self, group: GroupId) {
+        let _ = self.shard_of(group).try_send(ShardInput::HandBack(group));
+    }
+
     /// Graceful shutdown, first step: hands every group this node leads to
     /// a follower, and waits (at most `within`) until it leads none.
     pub async fn step_down(&self, within: Duration) {

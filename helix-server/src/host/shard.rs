@@ -231,6 +231,7 @@ impl Shard {
                     self.touched.insert(id);
                 }
             }
+            ShardInput::HandBack(id) => self.hand_back(id),
             ShardInput::PeerLost(node) => {
                 let acted = self.multi.peer_lost(node);
                 self.touched.extend(acted);

@@ -490,3 +490,61 @@ async fn a_brokers_add_partitions_to_txn_needs_cluster_action() {
         assert_eq!(answer(allowed), (0, vec![49]), "v{version} as admin");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_tools_need_describe_or_alter_on_the_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = secured(dir.path()).await;
+    let codes = |r: &ResponseKind| -> Vec<i16> {
+        match r {
+            ResponseKind::DescribeLogDirs(r) => vec![r.error_code],
+            ResponseKind::DescribeQuorum(r) => vec![r.error_code],
+            ResponseKind::ListPartitionReassignments(r) => vec![r.error_code],
+            ResponseKind::ElectLeaders(r) => std::iter::once(r.error_code)
+                .chain(
+                    r.replica_election_results
+                        .iter()
+                        .flat_map(|t| t.partition_result.iter().map(|p| p.error_code)),
+                )
+                .collect(),
+            other => panic!("unexpected answer {other:?}"),
+        }
+    };
+    let elect: RequestKind = ElectLeadersRequest::default()
+        .with_topic_partitions(Some(vec![
+            elect_leaders_request::TopicPartitions::default()
+                .with_topic(TopicName(wire_str("t")))
+                .with_partitions(vec![0]),
+        ]))
+        .into();
+    let cases = [
+        (
+            ApiKey::DescribeLogDirs,
+            4,
+            DescribeLogDirsRequest::default().into(),
+        ),
+        (
+            ApiKey::DescribeQuorum,
+            2,
+            DescribeQuorumRequest::default().into(),
+        ),
+        (
+            ApiKey::ListPartitionReassignments,
+            0,
+            ListPartitionReassignmentsRequest::default().into(),
+        ),
+        (ApiKey::ElectLeaders, 2, elect),
+    ];
+    let mut alice = session("User:alice");
+    let mut admin = session("User:admin");
+    for (key, version, body) in cases {
+        let denied = call(&b, &mut alice, key, version, body.clone()).await;
+        let denied = codes(&denied);
+        assert!(
+            !denied.is_empty() && denied.iter().all(|&c| c == 31),
+            "{key:?} as alice: {denied:?}"
+        );
+        let allowed = call(&b, &mut admin, key, version, body).await;
+        assert!(codes(&allowed).iter().all(|&c| c != 31), "{key:?} as admin");
+    }
+}

@@ -38,6 +38,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
+    // The operators' tools (`kafka/operator.rs`).
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::ElectLeaders, 0, 2),
     // Served with or without an authorizer (without: SECURITY_DISABLED),
     // as Kafka 3.9 advertises them; v0 (deprecated in 3.9, removed by
     // KIP-896) is not decoded by kafka-protocol 0.18.

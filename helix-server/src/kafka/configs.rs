@@ -1,5 +1,6 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics;
-//! DescribeConfigs also shows this broker's settings (read-only).
+//! DescribeConfigs also shows this broker's settings (read-only) and its
+//! loggers, which IncrementalAlterConfigs changes (`broker_configs.rs`).
 
 use std::collections::BTreeMap;
 
@@ -12,6 +13,7 @@ use kafka_protocol::messages::{
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 
+use super::broker_configs::{self, Entry};
 use super::context::Administering;
 use super::wire_str;
 use crate::controller::topic_config::{self, ConfigSource, ConfigType};
@@ -19,6 +21,7 @@ use crate::error::HelixError;
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+const RESOURCE_BROKER_LOGGER: i8 = 8;
 
 /// Kafka's config_type codes used by DescribeConfigs v3+.
 const TYPE_STRING: i8 = ConfigType::String as i8;
@@ -42,6 +45,9 @@ pub fn describe(
         let entries = match res.resource_type {
             RESOURCE_TOPIC => topic_entries(node, &res.resource_name),
             RESOURCE_BROKER => broker_entries(node, &res.resource_name),
+            RESOURCE_BROKER_LOGGER => {
+                broker_configs::describe_loggers(node.config.node_id, &res.resource_name)
+            }
             other => Err(HelixError::InvalidRequest(format!("resource type {other}"))),
         };
         match entries {
@@ -74,8 +80,6 @@ pub fn describe(
     }
     resp
 }
-
-type Entry = (String, String, ConfigSource, bool, i8);
 
 fn topic_entries(node: Administering<'_>, name: &str) -> Result<Vec<Entry>, HelixError> {
     let topic = node
@@ -244,6 +248,18 @@ pub async fn alter(node: Administering<'_>, req: AlterConfigsRequest) -> AlterCo
                     .set_topic_configs(&res.resource_name, configs, req.validate_only)
                     .await
             }
+            RESOURCE_BROKER => broker_configs::alter_broker(
+                node.config.node_id,
+                &res.resource_name,
+                &res.configs
+                    .iter()
+                    .map(|c| c.name.to_string())
+                    .collect::<Vec<_>>(),
+            ),
+            RESOURCE_BROKER_LOGGER => Err(HelixError::InvalidRequest(
+                "AlterConfigs is deprecated and does not support the resource type BROKER_LOGGER"
+                    .into(),
+            )),
             _ => Err(HelixError::InvalidRequest(
                 "only topic configs can be altered".into(),
             )),
@@ -312,6 +328,27 @@ pub async fn incremental_alter(
     let mut resp = IncrementalAlterConfigsResponse::default();
     for res in req.resources {
         let result = async {
+            match res.resource_type {
+                RESOURCE_BROKER => {
+                    let names: Vec<String> =
+                        res.configs.iter().map(|c| c.name.to_string()).collect();
+                    return broker_configs::alter_broker(
+                        node.config.node_id,
+                        &res.resource_name,
+                        &names,
+                    );
+                }
+                RESOURCE_BROKER_LOGGER => {
+                    let changes = logger_changes(&res.configs)?;
+                    return broker_configs::alter_loggers(
+                        node.config.node_id,
+                        &res.resource_name,
+                        &changes,
+                        req.validate_only,
+                    );
+                }
+                _ => {}
+            }
             if res.resource_type != RESOURCE_TOPIC {
                 return Err(HelixError::InvalidRequest(
                     "only topic configs can be altered".into(),
@@ -355,6 +392,24 @@ pub async fn incremental_alter(
         resp.responses.push(out);
     }
     resp
+}
+
+/// An IncrementalAlterConfigs resource's operations on loggers: SET with a
+/// level, DELETE; APPEND and SUBTRACT are refused, as Kafka does.
+fn logger_changes(
+    configs: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
+) -> Result<Vec<crate::log_levels::Change>, HelixError> {
+    configs
+        .iter()
+        .map(|c| match (c.config_operation, &c.value) {
+            (OP_SET, Some(v)) => Ok((c.name.to_string(), Some(v.to_string()))),
+            (OP_DELETE, _) => Ok((c.name.to_string(), None)),
+            (op, _) => Err(HelixError::InvalidConfig(format!(
+                "operation {op} on logger {} is not supported (only SET and DELETE)",
+                c.name.as_str()
+            ))),
+        })
+        .collect()
 }
 
 fn result_entry(

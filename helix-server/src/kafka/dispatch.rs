@@ -27,7 +27,7 @@ use super::session::{Listener, Session};
 use super::throttle::{self, Throttle};
 use super::{
     acls, api_versions, authorize, client_quotas, configs, describe_cluster, fetch, list_offsets,
-    metadata, produce, producer_state, records, scram_credentials, topics,
+    metadata, operator, produce, producer_state, records, scram_credentials, topics,
 };
 use crate::broker::Broker;
 use crate::error::Result;
@@ -502,7 +502,10 @@ async fn route(
         RequestKind::DeleteAcls(req) => r.answer(async move {
             ResponseKind::DeleteAcls(acls::delete(&b, access.as_ref(), req).await)
         }),
-        other => group_call(b.groups.clone(), r, other, peer)?,
+        other => match operator::call(other) {
+            Ok(call) => r.answer(async move { operator::answer(&b, call, v).await }),
+            Err(other) => group_call(b.groups.clone(), r, *other, peer)?,
+        },
     })
 }
 

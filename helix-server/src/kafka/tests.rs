@@ -237,6 +237,22 @@ fn request(b: &Broker, key: ApiKey, version: i16) -> RequestKind {
                     .with_salted_password(Bytes::from_static(&[9; 32])),
             ])
             .into(),
+        ApiKey::DescribeLogDirs => DescribeLogDirsRequest::default()
+            .with_topics(Some(vec![
+                describe_log_dirs_request::DescribableLogDirTopic::default()
+                    .with_topic(wire_topic("t"))
+                    .with_partitions(vec![0]),
+            ]))
+            .into(),
+        ApiKey::DescribeQuorum => DescribeQuorumRequest::default()
+            .with_topics(vec![
+                describe_quorum_request::TopicData::default()
+                    .with_topic_name(wire_topic("__cluster_metadata"))
+                    .with_partitions(vec![describe_quorum_request::PartitionData::default()]),
+            ])
+            .into(),
+        ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::default().into(),
+        ApiKey::ElectLeaders => ElectLeadersRequest::default().into(),
         other => panic!("no test request for {other:?}"),
     }
 }
@@ -374,6 +390,24 @@ fn error_codes(r: &ResponseKind) -> Vec<i16> {
             .flat_map(|m| &m.topics)
             .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
             .collect(),
+        ResponseKind::DescribeLogDirs(r) => std::iter::once(r.error_code)
+            .chain(r.results.iter().map(|d| d.error_code))
+            .collect(),
+        ResponseKind::DescribeQuorum(r) => std::iter::once(r.error_code)
+            .chain(
+                r.topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+            )
+            .collect(),
+        ResponseKind::ListPartitionReassignments(r) => vec![r.error_code],
+        ResponseKind::ElectLeaders(r) => std::iter::once(r.error_code)
+            .chain(
+                r.replica_election_results
+                    .iter()
+                    .flat_map(|t| t.partition_result.iter().map(|p| p.error_code)),
+            )
+            .collect(),
         other => panic!("unexpected response {other:?}"),
     }
 }
@@ -391,6 +425,11 @@ async fn every_advertised_version_is_served_and_answers_without_error() {
         .copied()
         .collect();
     order.sort_by_key(|(k, _, _)| (*k == ApiKey::DeleteTopics) as u8);
+    // DescribeQuorum answers from what the controller's replica published
+    // at its last tick.
+    while b.controller.partition().quorum_progress().is_none() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     for (key, lo, hi) in order {
         for version in lo..=hi {
             let body = request(&b, key, version);

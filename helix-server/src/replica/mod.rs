@@ -48,7 +48,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::batcher::{BatchLimits, Batcher, PartitionCommand, PendingProduce};
 use crate::error::{HelixError, Result};
 use crate::offset::Offset;
-pub use published::Published;
+pub use published::{FollowerProgress, Published, QuorumProgress};
 use raft::{GroupSpec, HardStateFile};
 use scan::MaxTimestamp;
 use state::PartitionState;
@@ -253,6 +253,7 @@ pub fn recover(
         lease_until: std::sync::atomic::AtomicU64::new(0),
         synced_since_start: std::sync::atomic::AtomicBool::new(false),
         refused: Mutex::new(refused::Refused::default()),
+        quorum: Mutex::new(None),
         verifications: Mutex::new(verification::VerificationGuards::default()),
     });
     let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
@@ -427,6 +428,12 @@ impl Partition {
             refused.note(crate::batcher::Sender::of(records));
         }
         Err(HelixError::NotLeader)
+    }
+
+    /// The group's replication as this replica last saw it (the
+    /// controller group only; None elsewhere).
+    pub fn quorum_progress(&self) -> Option<QuorumProgress> {
+        self.published.quorum.lock().ok().and_then(|q| q.clone())
     }
 
     /// The group's voters (its replicas), preferred leader first.

@@ -63,6 +63,34 @@ pub struct Published {
     /// Producers refused here as not the leader since this replica last
     /// stored one of their requests (`refused.rs`).
     pub refused: Mutex<refused::Refused>,
+    /// The controller group's replication as this replica saw it at its
+    /// last tick (DescribeQuorum); None on other groups.
+    pub quorum: Mutex<Option<QuorumProgress>>,
+}
+
+/// What a Raft leader knows of its group's replication, in Raft log
+/// indexes (the controller's log is its Raft log, as KRaft's is).
+#[derive(Clone, Debug)]
+pub struct QuorumProgress {
+    /// This replica's last index.
+    pub last_index: u64,
+    /// The commit index (the quorum's high watermark; on a follower, the
+    /// leader's as last heard, 0 until heard).
+    pub commit: u64,
+    /// Empty unless this replica leads.
+    pub followers: Vec<FollowerProgress>,
+    /// Wall clock (Unix ms) when this was taken.
+    pub at_ms: i64,
+}
+
+/// One follower as its leader last heard it.
+#[derive(Clone, Debug)]
+pub struct FollowerProgress {
+    pub node: helix_raft::NodeId,
+    /// The last index known to be in its log.
+    pub matched: u64,
+    /// Wall clock (Unix ms) of its last answer, to a tick's precision.
+    pub heard_ms: i64,
 }
 
 impl Published {

@@ -75,6 +75,9 @@ impl Shard {
                 continue;
             }
             let status = group.status();
+            if id == GroupId(0) {
+                state.publish_quorum(quorum_progress(&status, self.tick));
+            }
             let caught_up =
                 self.caught_up
                     .entry(id)
@@ -158,6 +161,46 @@ impl Shard {
         false
     }
 
+    /// Hands `id` to its preferred replica at once if this node leads it
+    /// and the preferred replica is in the ISR and caught up (ElectLeaders).
+    pub(super) fn hand_back(&mut self, id: GroupId) {
+        let me = self.multi.node();
+        let in_sync = |preferred| {
+            self.states
+                .get(&id)
+                .is_some_and(|s| s.isr().contains(&preferred))
+        };
+        let Some(g) = self.multi.group(id) else {
+            return;
+        };
+        let Some(&preferred) = g.config().voters.first() else {
+            return;
+        };
+        let status = g.status();
+        let caught_up = status.followers.iter().any(|f| {
+            f.node == preferred
+                && f.matched == status.last_index
+                && f.ticks_since_heard <= crate::host::isr::HEARD_WITHIN_TICKS
+        });
+        if g.role() != helix_raft::Role::Leader
+            || preferred == me
+            || status.transferring_to.is_some()
+            || !caught_up
+            || !in_sync(preferred)
+        {
+            return;
+        }
+        tracing::info!(
+            group = id.0,
+            to = preferred.0,
+            "electing the preferred replica on request"
+        );
+        if let Some(g) = self.multi.group_mut(id) {
+            g.transfer_leader(preferred);
+        }
+        self.touched.insert(id);
+    }
+
     /// Graceful shutdown: every group led here is handed to its most
     /// caught-up follower, so clients see one retriable error, not a timeout.
     pub(super) fn step_down_all(&mut self) {
@@ -209,4 +252,33 @@ fn publish_lease(
         );
         crate::metrics::Metrics::count(&crate::metrics::metrics().counters.leader_lease_losses, 1);
     }
+}
+
+/// The controller group's replication as this replica sees it (the
+/// followers' progress only where it leads), for DescribeQuorum.
+fn quorum_progress(
+    s: &helix_raft::Status,
+    tick: std::time::Duration,
+) -> Option<crate::replica::QuorumProgress> {
+    let now = crate::clock::now_ms();
+    let tick_ms = i64::try_from(tick.as_millis()).unwrap_or(i64::MAX);
+    Some(crate::replica::QuorumProgress {
+        last_index: s.last_index.0,
+        commit: if s.role == helix_raft::Role::Leader {
+            s.commit.0
+        } else {
+            s.leader_commit.0
+        },
+        followers: s
+            .followers
+            .iter()
+            .map(|f| crate::replica::FollowerProgress {
+                node: f.node,
+                matched: f.matched.0,
+                heard_ms: now
+                    .saturating_sub(tick_ms.saturating_mul(i64::from(f.ticks_since_heard))),
+            })
+            .collect(),
+        at_ms: now,
+    })
 }

@@ -196,6 +196,11 @@ pub fn check(access: &Access, version: i16, kind: RequestKind) -> Checked {
         R::AlterUserScramCredentials(r) => cluster::alter_scram(access, r),
         R::DescribeClientQuotas(r) => cluster::describe_quotas(access, r),
         R::AlterClientQuotas(r) => cluster::alter_quotas(access, r),
+        R::ElectLeaders(r) => cluster::elect_leaders(access, r),
+        kind
+        @ (R::DescribeLogDirs(_) | R::DescribeQuorum(_) | R::ListPartitionReassignments(_)) => {
+            cluster::describe_operator(access, kind)
+        }
         // ApiVersions, the SASL exchange and the ACL APIs (which check
         // Describe / Alter on the cluster in their handlers, to answer
         // per item) pass.

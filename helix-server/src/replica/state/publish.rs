@@ -82,6 +82,12 @@ impl PartitionState {
         }
     }
 
+    pub fn publish_quorum(&self, progress: Option<crate::replica::QuorumProgress>) {
+        if let Ok(mut q) = self.published.quorum.lock() {
+            *q = progress;
+        }
+    }
+
     pub fn publish_isr(&self, isr: Vec<helix_raft::NodeId>) {
         if let Ok(mut i) = self.published.isr.lock() {
             *i = isr;
