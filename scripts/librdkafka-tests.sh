@@ -18,6 +18,7 @@
 # (KAFKA_PATH: 0052, 0077, 0109, 0115, 0119) fail without one on Kafka too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cluster=$PWD/scripts/local-cluster.sh
 
 base=${BASE_PORT:-39092}
 tests=${TESTS:-0001,0002,0003,0004,0005,0007,0008,0011,0012,0013,0014,0015,0017,0018,0019,0020,0021,0022,0026,0028,0029,0030,0031,0033,0034,0036,0038,0040,0041,0042,0044,0045,0046,0047,0048,0049,0050,0051,0053,0054,0056,0057,0059,0060,0061,0063,0064,0065,0067,0069,0070,0073,0074,0075,0076,0081,0082,0084,0085,0088,0089,0090,0091,0092,0093,0094,0098,0099,0101,0102,0103,0107,0110,0112,0113,0114,0116,0118,0120,0122,0125,0129,0130,0132,0137,0140}
@@ -39,8 +40,8 @@ if [[ ! -x $work/tests/test-runner ]]; then
 fi
 
 data=$(mktemp -d /tmp/helix-librdkafka.XXXXXX)
-trap 'scripts/local-cluster.sh stop --data-dir "$data" >/dev/null 2>&1 || true' EXIT
-scripts/local-cluster.sh start --nodes 3 --base-port "$base" --data-dir "$data" -- --default-partitions 4 \
+trap '"$cluster" stop --data-dir "$data" >/dev/null 2>&1 || true; rm -rf "$data"' EXIT
+"$cluster" start --nodes 3 --base-port "$base" --data-dir "$data" -- --default-partitions 4 \
   --authorizer standard --allow-everyone-if-no-acl-found true --group-initial-rebalance-delay-ms 3000
 printf 'metadata.broker.list=127.0.0.1:%s,127.0.0.1:%s,127.0.0.1:%s\ntest.timeout.multiplier=3\ntest.topic.random=true\n' \
   "$base" $((base + 1)) $((base + 2)) > "$work/tests/test.conf"

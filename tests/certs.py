@@ -34,3 +34,12 @@ def keystore(d: Path, name: str) -> Path:
     out = d / f"{name}-keystore.pem"
     out.write_text((d / f"{name}.pem").read_text() + (d / f"{name}.key").read_text())
     return out
+
+
+def server_keystore(d: Path) -> Path:
+    """A new directory ``d`` with a CA (``ca``) and a server certificate it
+    signed for localhost / 127.0.0.1: the server's keystore (PEM)."""
+    d.mkdir()
+    make_ca(d, "ca")
+    make_cert(d, "server", "ca", "/CN=localhost", san="IP:127.0.0.1,DNS:localhost")
+    return keystore(d, "server")

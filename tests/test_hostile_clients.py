@@ -26,7 +26,7 @@ import pytest
 
 import harness
 import kwire
-from certs import make_ca, make_cert
+from certs import server_keystore
 from test_acls import PASSWORDS, sasl, users_file
 from test_security import SecureNode, produce_and_consume
 
@@ -55,11 +55,7 @@ def node(tmp_path_factory):
         pytest.skip(f"{binary} missing: cargo build --release -p helix-server")
     tmp = tmp_path_factory.mktemp("hostile")
     certs = tmp / "certs"
-    certs.mkdir()
-    make_ca(certs, "ca")
-    make_cert(certs, "server", "ca", "/CN=localhost", san="IP:127.0.0.1,DNS:localhost")
-    keystore = certs / "server-keystore.pem"
-    keystore.write_text((certs / "server.pem").read_text() + (certs / "server.key").read_text())
+    keystore = server_keystore(certs)
     users = tmp / "users.toml"
     users_file(binary, users)
     broker = harness.HelixBroker(binary, tmp / "node")

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 import harness
 import kwire
-from certs import make_ca, make_cert
+from certs import make_ca, make_cert, server_keystore
 
 pytestmark = pytest.mark.skipif(
     bool(harness.external_bootstrap()) or bool(os.environ.get("HELIX_TEST_KAFKA_LIBS")),
@@ -83,14 +83,10 @@ def start_node(tmp: Path, client_auth: str) -> SecureNode:
     if not os.access(binary, os.X_OK):
         pytest.skip(f"{binary} missing: cargo build --release -p helix-server")
     certs = tmp / "certs"
-    certs.mkdir()
-    make_ca(certs, "ca")
+    keystore = server_keystore(certs)
     make_ca(certs, "rogue-ca")
-    make_cert(certs, "server", "ca", "/CN=localhost", san="IP:127.0.0.1,DNS:localhost")
     make_cert(certs, "client", "ca", "/O=helix-tests/CN=client-one")
     make_cert(certs, "rogue", "rogue-ca", "/CN=rogue")
-    keystore = certs / "server-keystore.pem"
-    keystore.write_text((certs / "server.pem").read_text() + (certs / "server.key").read_text())
     users = tmp / "users.toml"
     users_file(binary, users)
     broker = harness.HelixBroker(binary, tmp / "node")

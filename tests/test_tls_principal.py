@@ -19,7 +19,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    NewTopic, ResourcePatternType, ResourceType)
 
 import harness
-from certs import keystore, make_ca, make_cert
+from certs import make_cert, server_keystore
 from test_acls import produce, sasl, users_file
 
 pytestmark = pytest.mark.skipif(
@@ -38,9 +38,7 @@ def node(tmp_path_factory):
         pytest.skip(f"{binary} missing: cargo build --release -p helix-server")
     tmp = tmp_path_factory.mktemp("tls-principal")
     certs = tmp / "certs"
-    certs.mkdir()
-    make_ca(certs, "ca")
-    make_cert(certs, "server", "ca", "/CN=localhost", san="IP:127.0.0.1,DNS:localhost")
+    server = server_keystore(certs)
     make_cert(certs, "alice", "ca", "/O=helix-tests/OU=eng/CN=alice")
     make_cert(certs, "mallory", "ca", "/O=helix-tests/OU=eng/CN=mallory")
     users = tmp / "users.toml"
@@ -50,7 +48,7 @@ def node(tmp_path_factory):
     broker.extra_args = [
         "--listeners", f"PLAINTEXT://127.0.0.1:{broker.port},SSL://127.0.0.1:{ssl_port},"
                        f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-        "--ssl-keystore-location", str(keystore(certs, "server")),
+        "--ssl-keystore-location", str(server),
         "--ssl-truststore-location", str(certs / "ca.pem"),
         "--ssl-client-auth", "required",
         "--sasl-users-file", str(users),
