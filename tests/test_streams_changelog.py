@@ -5,6 +5,10 @@ compacted changelog topic, which Streams creates with cleanup.policy=compact
 state directory is deleted, a new instance restores the store from the
 changelog and goes on with the right counts.
 
+Issue 32's own Streams test: the same count while the node leading the
+output's first partition is killed with SIGKILL and restarted; every key's
+latest count is exact.
+
 The program is tests/java/HelixStreamsCount.java in "count" mode."""
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import clients
 import harness
 import javalibs
 from cluster_harness import HelixCluster
-from test_cluster_faults import FAST, create_topic, wait_in_sync
+from test_cluster_faults import FAST, create_topic, settled_leader, wait_in_sync
 
 pytestmark = [pytest.mark.cluster, pytest.mark.managed,
               pytest.mark.skipif(harness.external_bootstrap() is not None,
@@ -132,6 +136,51 @@ def test_a_count_restores_its_store_from_the_compacted_changelog(tmp_path, topic
         app.await_running()
         got = latest_counts(cluster.bootstrap, output, dict(counts), app)
         assert got == counts, f"counts after the restore: {got}, want {counts}\n{app.tail()}"
+    finally:
+        if app:
+            app.stop()
+        cluster.stop()
+
+
+def test_an_exactly_once_count_is_exact_while_a_broker_is_killed_and_restarted(tmp_path, topic):
+    """Issue 32's Streams test: a count per key with exactly_once_v2 (its
+    store backed by a compacted changelog) processes a fixed input while the
+    node leading the output's first partition is killed with SIGKILL, and
+    restarted. Every key's latest count read_committed is exactly the number
+    of its input records: a record processed twice (a transaction committed
+    twice, or an aborted one read) would leave a count too high, one lost a
+    count too low."""
+    libs = javalibs.maven_libs("kafka-streams", "3.9.1")
+    cp = f"{javalibs.compiled(javalibs.JAVA_DIR / 'HelixStreamsCount.java', libs)}:{libs}/*"
+    cluster = HelixCluster(tmp_path, 3, args=FAST)
+    app = None
+    try:
+        cluster.start()
+        source, output = f"{topic}-in", f"{topic}-out"
+        for name in (source, output):
+            create_topic(cluster.node(1).bootstrap, name, PARTITIONS)
+            wait_in_sync(cluster, name)
+        p = Producer({**clients.RDKAFKA, "bootstrap.servers": cluster.bootstrap,
+                      "enable.idempotence": True, "acks": "all"})
+        counts = {f"k{k}": 0 for k in range(KEYS)}
+
+        def produce(n: int) -> None:
+            for i in range(n):
+                key = f"k{i % KEYS}"
+                counts[key] += 1
+                p.produce(source, key=key.encode(), value=b"v")
+            assert p.flush(60) == 0
+
+        produce(700)
+        app = App(cp, cluster, source, output, f"count-kill-{topic}"[:60], tmp_path / "streams-state")
+        app.await_running()
+        victim = settled_leader(cluster, output, 0)[0]
+        cluster.node(victim).kill9()
+        produce(700)
+        cluster.node(victim).start()
+        produce(350)
+        got = latest_counts(cluster.bootstrap, output, dict(counts), app, timeout=180)
+        assert got == counts, f"counts {got}, want {counts} (node {victim} killed)\n{app.tail()}"
     finally:
         if app:
             app.stop()

@@ -219,11 +219,24 @@ impl ClusterState {
             .collect()
     }
 
-    /// The members that are up, as clients should see them.
+    /// The members that are up, as clients should see them: heard within
+    /// [`DOWN_AFTER`], and (as [`Self::hears_majority`] counts them) not
+    /// broken off since. A node that went down, or came back refused by
+    /// the others (an untrusted certificate), is not offered at once: a
+    /// client told of it in the [`DOWN_AFTER`] after its connections broke
+    /// could pick it for InitProducerId and wait on it, answered
+    /// COORDINATOR_LOAD_IN_PROGRESS for as long as it stays cut off
+    /// (tests/test_peer_tls.py, librdkafka stuck 120 s).
     pub fn live_members(&self) -> Vec<&Member> {
+        let Ok(liveness) = self.liveness.read() else {
+            return self.members.iter().filter(|m| m.id == self.me).collect();
+        };
         self.members
             .iter()
-            .filter(|m| self.is_alive(m.id))
+            .filter(|m| {
+                m.id == self.me
+                    || (liveness.heard_within(m.id, DOWN_AFTER) && !liveness.broke_off(m.id))
+            })
             .collect()
     }
 
