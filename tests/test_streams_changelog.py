@@ -18,6 +18,8 @@ import subprocess
 import threading
 import time
 import uuid
+from contextlib import contextmanager
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -97,49 +99,62 @@ def cleanup_policy(bootstrap: str, topic: str) -> str:
     return fut.result(timeout=30)["cleanup.policy"].value
 
 
-def test_a_count_restores_its_store_from_the_compacted_changelog(tmp_path, topic):
+@contextmanager
+def counting(tmp_path, topic):
+    """A 3-node cluster with a source and an output topic, and `produce(n)`
+    that sends n records over the keys, counting them per key in
+    `counts`: what every key's latest count must end as."""
     libs = javalibs.maven_libs("kafka-streams", "3.9.1")
     cp = f"{javalibs.compiled(javalibs.JAVA_DIR / 'HelixStreamsCount.java', libs)}:{libs}/*"
     cluster = HelixCluster(tmp_path, 3, args=FAST)
-    app = None
+    run = SimpleNamespace(cluster=cluster, source=f"{topic}-in", output=f"{topic}-out",
+                          counts={f"k{k}": 0 for k in range(KEYS)}, apps=[])
     try:
         cluster.start()
-        source, output = f"{topic}-in", f"{topic}-out"
-        for name in (source, output):
+        for name in (run.source, run.output):
             create_topic(cluster.node(1).bootstrap, name, PARTITIONS)
             wait_in_sync(cluster, name)
         p = Producer({**clients.RDKAFKA, "bootstrap.servers": cluster.bootstrap,
                       "enable.idempotence": True, "acks": "all"})
-        counts = {f"k{k}": 0 for k in range(KEYS)}
 
         def produce(n: int) -> None:
             for i in range(n):
                 key = f"k{i % KEYS}"
-                counts[key] += 1
-                p.produce(source, key=key.encode(), value=b"v")
+                run.counts[key] += 1
+                p.produce(run.source, key=key.encode(), value=b"v")
             assert p.flush(60) == 0
 
+        def start_app(app_id: str, state) -> App:
+            app = App(cp, cluster, run.source, run.output, app_id, state)
+            run.apps.append(app)
+            app.await_running()
+            return app
+
+        run.produce, run.start_app = produce, start_app
+        yield run
+    finally:
+        for app in run.apps:
+            app.stop()
+        cluster.stop()
+
+
+def test_a_count_restores_its_store_from_the_compacted_changelog(tmp_path, topic):
+    with counting(tmp_path, topic) as run:
         app_id, state = f"count-{topic}"[:60], tmp_path / "streams-state"
-        produce(700)
-        app = App(cp, cluster, source, output, app_id, state)
-        app.await_running()
-        got = latest_counts(cluster.bootstrap, output, dict(counts), app)
-        assert got == counts, app.tail()
+        run.produce(700)
+        app = run.start_app(app_id, state)
+        got = latest_counts(run.cluster.bootstrap, run.output, dict(run.counts), app)
+        assert got == run.counts, app.tail()
         changelog = f"{app_id}-counts-changelog"
-        assert cleanup_policy(cluster.bootstrap, changelog) == "compact"
+        assert cleanup_policy(run.cluster.bootstrap, changelog) == "compact"
         app.stop()
 
         # The store is gone: the next instance rebuilds it from the changelog.
         shutil.rmtree(state)
-        produce(350)
-        app = App(cp, cluster, source, output, app_id, state)
-        app.await_running()
-        got = latest_counts(cluster.bootstrap, output, dict(counts), app)
-        assert got == counts, f"counts after the restore: {got}, want {counts}\n{app.tail()}"
-    finally:
-        if app:
-            app.stop()
-        cluster.stop()
+        run.produce(350)
+        app = run.start_app(app_id, state)
+        got = latest_counts(run.cluster.bootstrap, run.output, dict(run.counts), app)
+        assert got == run.counts, f"counts after the restore: {got}, want {run.counts}\n{app.tail()}"
 
 
 def test_an_exactly_once_count_is_exact_while_a_broker_is_killed_and_restarted(tmp_path, topic):
@@ -150,38 +165,13 @@ def test_an_exactly_once_count_is_exact_while_a_broker_is_killed_and_restarted(t
     of its input records: a record processed twice (a transaction committed
     twice, or an aborted one read) would leave a count too high, one lost a
     count too low."""
-    libs = javalibs.maven_libs("kafka-streams", "3.9.1")
-    cp = f"{javalibs.compiled(javalibs.JAVA_DIR / 'HelixStreamsCount.java', libs)}:{libs}/*"
-    cluster = HelixCluster(tmp_path, 3, args=FAST)
-    app = None
-    try:
-        cluster.start()
-        source, output = f"{topic}-in", f"{topic}-out"
-        for name in (source, output):
-            create_topic(cluster.node(1).bootstrap, name, PARTITIONS)
-            wait_in_sync(cluster, name)
-        p = Producer({**clients.RDKAFKA, "bootstrap.servers": cluster.bootstrap,
-                      "enable.idempotence": True, "acks": "all"})
-        counts = {f"k{k}": 0 for k in range(KEYS)}
-
-        def produce(n: int) -> None:
-            for i in range(n):
-                key = f"k{i % KEYS}"
-                counts[key] += 1
-                p.produce(source, key=key.encode(), value=b"v")
-            assert p.flush(60) == 0
-
-        produce(700)
-        app = App(cp, cluster, source, output, f"count-kill-{topic}"[:60], tmp_path / "streams-state")
-        app.await_running()
-        victim = settled_leader(cluster, output, 0)[0]
-        cluster.node(victim).kill9()
-        produce(700)
-        cluster.node(victim).start()
-        produce(350)
-        got = latest_counts(cluster.bootstrap, output, dict(counts), app, timeout=180)
-        assert got == counts, f"counts {got}, want {counts} (node {victim} killed)\n{app.tail()}"
-    finally:
-        if app:
-            app.stop()
-        cluster.stop()
+    with counting(tmp_path, topic) as run:
+        run.produce(700)
+        app = run.start_app(f"count-kill-{topic}"[:60], tmp_path / "streams-state")
+        victim = settled_leader(run.cluster, run.output, 0)[0]
+        run.cluster.node(victim).kill9()
+        run.produce(700)
+        run.cluster.node(victim).start()
+        run.produce(350)
+        got = latest_counts(run.cluster.bootstrap, run.output, dict(run.counts), app, timeout=180)
+        assert got == run.counts, f"counts {got}, want {run.counts} (node {victim} killed)\n{app.tail()}"
