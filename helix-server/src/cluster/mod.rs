@@ -168,10 +168,7 @@ impl ClusterState {
         let heard = self
             .members
             .iter()
-            .filter(|m| {
-                m.id == self.me
-                    || (liveness.heard_within(m.id, DOWN_AFTER) && !liveness.broke_off(m.id))
-            })
+            .filter(|m| self.counts_as_up(&**liveness, m.id))
             .count();
         let majority = heard > self.members.len() / 2;
         if majority {
@@ -233,11 +230,15 @@ impl ClusterState {
         };
         self.members
             .iter()
-            .filter(|m| {
-                m.id == self.me
-                    || (liveness.heard_within(m.id, DOWN_AFTER) && !liveness.broke_off(m.id))
-            })
+            .filter(|m| self.counts_as_up(&**liveness, m.id))
             .collect()
+    }
+
+    /// This node, or a peer heard within [`DOWN_AFTER`] whose connections
+    /// have not broken since: the one rule for counting a majority and for
+    /// offering a member to clients.
+    fn counts_as_up(&self, liveness: &dyn Liveness, id: NodeId) -> bool {
+        id == self.me || (liveness.heard_within(id, DOWN_AFTER) && !liveness.broke_off(id))
     }
 
     /// The leader of `group`: from the local replica if there is one (with
